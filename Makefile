@@ -1,0 +1,36 @@
+# cadenza: `make demo` (the main job) and `make test`. Both install into .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+include docker/versions.env
+# CPU build by default (installs from local disk where a wheel is cached). A CUDA user runs, e.g.:
+#   make install TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
+TORCH_INDEX ?=
+EXTRAS ?= dev
+
+.PHONY: install test demo bench lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt docker/versions.env
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)" $(TORCH_INDEX)
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+demo: install
+	$(BIN)/cadenza demo
+
+bench: install
+	$(BIN)/python benchmarks/bench_tokenize.py
+
+lint: install
+	$(BIN)/hadolint docker/Dockerfile
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

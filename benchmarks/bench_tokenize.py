@@ -1,0 +1,81 @@
+"""Tokenization speed: cadenza's performance tokenizer vs MidiTok MIDILike on the same files.
+
+    python benchmarks/bench_tokenize.py                 # the Bach chorales (built-in corpus)
+    python benchmarks/bench_tokenize.py ../shared/data/midi/one_track --repeats 5
+
+Both read the MIDI file from disk and produce ids, single process, same files, same run; the
+table shows medians over the repeats and the ratio. Notes are counted once with symusic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import symusic
+
+
+def _time(fns: dict, files, repeats: int) -> dict[str, list[float]]:
+    """Interleave the contestants repeat by repeat, so a slow spell of the machine hits both."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for f in files:
+                fn(f)
+            times[name].append(time.perf_counter() - t)
+    return times
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="*", help="MIDI files/folders (default: the built-in Bach corpus)")
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args(argv)
+
+    from cadenza.prepare import collect_midi_files
+    from cadenza.tokenizers import PerformanceTokenizer
+
+    if a.inputs:
+        files = collect_midi_files(a.inputs)
+        label = ", ".join(a.inputs)
+    else:
+        from cadenza.corpus import materialize
+
+        files = materialize("bach").midi
+        label = "Bach chorales (music21 corpus)"
+    good = []
+    for f in files:
+        try:
+            symusic.Score(str(f))
+            good.append(str(f))
+        except Exception:
+            pass
+    notes = sum(symusic.Score(f).note_num() for f in good)
+
+    cad = PerformanceTokenizer()
+    fns = {"cadenza performance": cad.encode}
+    try:
+        import miditok
+
+        mt = miditok.MIDILike()
+        fns["MidiTok MIDILike"] = mt.encode
+    except ImportError:
+        print("MidiTok not installed: pip install 'cadenza[miditok]' to compare", file=sys.stderr)
+    rows = list(_time(fns, good, a.repeats).items())
+
+    print(f"\n{len(good)} files, {notes:,} notes: {label}; median of {a.repeats}\n")
+    print(f"| {'tokenizer':<22} | {'files/s':>10} | {'notes/s':>12} | {'vs MidiTok':>10} |")
+    print(f"|{'-' * 24}|{'-' * 12}:|{'-' * 14}:|{'-' * 12}:|")
+    base = statistics.median(rows[-1][1])
+    for name, ts in rows:
+        m = statistics.median(ts)
+        print(f"| {name:<22} | {len(good) / m:>10,.0f} | {notes / m:>12,.0f} | {base / m:>9.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Tokenizers: notes <-> ids. `performance` is the default; `miditok` wraps any MidiTok tokenizer."""
+
+from cadenza.tokenizers.base import (
+    DecodeReport,
+    Encoded,
+    Tokenizer,
+    TokenizerError,
+    load_tokenizer,
+    registered,
+    tokenizer_from_dict,
+)
+from cadenza.tokenizers.performance import PerformanceTokenizer
+
+__all__ = [
+    "DecodeReport",
+    "Encoded",
+    "PerformanceTokenizer",
+    "Tokenizer",
+    "TokenizerError",
+    "get_tokenizer",
+    "load_tokenizer",
+    "registered",
+    "tokenizer_from_dict",
+]
+
+
+def get_tokenizer(name: str = "performance", **params) -> Tokenizer:
+    """Build a tokenizer by name: "performance", or "miditok:REMI" / "miditok:TSD" / ... ."""
+    if name.startswith("miditok"):
+        from cadenza.tokenizers.miditok_adapter import MidiTokTokenizer
+
+        _, _, kind = name.partition(":")
+        return MidiTokTokenizer(kind or "REMI", **params)
+    if name == "performance":
+        return PerformanceTokenizer(**params)
+    raise TokenizerError(f"unknown tokenizer {name!r}; use 'performance' or 'miditok:<REMI|TSD|MIDILike|...>'")

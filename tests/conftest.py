@@ -1,0 +1,82 @@
+"""Shared fixtures: small MIDI files built in code, and the optional shared data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import symusic
+from symusic import ControlChange, Note, Score, Tempo, Track
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CADENZA_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def shared(*parts: str) -> Path:
+    """A path in ../shared/data; skips the test when it is absent (e.g. outside the workplace)."""
+    p = SHARED_DATA.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"shared data not present: {p}")
+    return p
+
+
+def make_score(notes_per_track, tpq: int = 480, tempos=((0, 120.0),), drums=(), pedals=None) -> Score:
+    """notes_per_track: list of [(start_tick, dur_ticks, pitch, velocity), ...]."""
+    s = Score(tpq)
+    for i, notes in enumerate(notes_per_track):
+        t = Track(f"t{i}", 0, i in drums)
+        for st, du, p, v in notes:
+            t.notes.append(Note(st, du, p, v))
+        for (on, off) in (pedals or {}).get(i, []):
+            t.controls.append(ControlChange(on, 64, 127))
+            t.controls.append(ControlChange(off, 64, 0))
+        s.tracks.append(t)
+    for tick, qpm in tempos:
+        s.tempos.append(Tempo(tick, qpm))
+    return s
+
+
+def write_score(score: Score, path: Path) -> Path:
+    path.write_bytes(bytes(score.dumps_midi()))
+    return path
+
+
+def random_piece(rng: np.random.Generator, n: int = 200, tpq: int = 480) -> Score:
+    """A dense random polyphonic piece with chords, repeated pitches and long gaps."""
+    notes, t = [], 0
+    for _ in range(n):
+        t += int(rng.choice([0, 0, 60, 120, 240, 480, 1200, 2500]))
+        notes.append((t, int(rng.integers(1, 1500)), int(rng.integers(21, 109)), int(rng.integers(1, 128))))
+    return make_score([notes], tpq=tpq)
+
+
+@pytest.fixture(scope="session")
+def midi_folder(tmp_path_factory) -> Path:
+    """A folder of varied MIDI files plus one corrupt, one empty and one non-MIDI file."""
+    d = tmp_path_factory.mktemp("midi")
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        write_score(random_piece(rng, 150 + 20 * i), d / f"piece{i}.mid")
+    sub = d / "nested" / "deeper"
+    sub.mkdir(parents=True)
+    write_score(make_score([[(0, 480, 60, 90), (480, 480, 64, 70)], [(0, 960, 36, 100)]],
+                           tempos=((0, 90.0), (480, 150.0))), sub / "two_tracks.MID")
+    write_score(make_score([[(0, 240, 60, 80)], [(0, 120, 38, 100), (240, 120, 42, 100)]], drums=(1,)),
+                d / "with_drums.midi")
+    (d / "corrupt.mid").write_bytes(b"MThd\x00\x00\x00\x06\x00\x01\x00\x02\x01\xe0MTrk\x00\x00\xff\xff\x90")
+    (d / "empty.mid").write_bytes(bytes(Score(480).dumps_midi()))
+    (d / "notes.txt.mid").write_text("this is not a MIDI file\n")
+    (d / "readme.txt").write_text("ignored: not a MIDI suffix\n")
+    return d
+
+
+@pytest.fixture
+def tokenizer():
+    from cadenza.tokenizers import PerformanceTokenizer
+
+    return PerformanceTokenizer()
+
+
+__all__ = ["make_score", "write_score", "random_piece", "shared", "symusic"]
