@@ -84,7 +84,7 @@ def _extra_commands():
     import importlib
 
     regs = []
-    for mod in ("train_cli", "generate_cli", "evaluate_cli", "bench.cli", "doctor"):
+    for mod in ("train_cli", "generate_cli", "render", "evaluate_cli", "bench.cli", "doctor"):
         try:
             m = importlib.import_module(f"cadenza.{mod}")
         except ModuleNotFoundError as e:

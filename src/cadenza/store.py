@@ -101,8 +101,9 @@ class StoreWriter:
         with atomic_path(self.out / OFFSETS) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, np.asarray(self.offsets, dtype=np.int64))
-        splits = assign_splits([p["sha256"] for p in self.pieces], valid_fraction, test_fraction)
-        for p, s in zip(self.pieces, splits):
+        # Pieces may arrive with a split (a benchmark's official one); the rest are hashed.
+        free = [p for p in self.pieces if "split" not in p]
+        for p, s in zip(free, assign_splits([p["sha256"] for p in free], valid_fraction, test_fraction)):
             p["split"] = s
         skipped = list(skipped)
         totals = {

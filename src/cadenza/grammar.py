@@ -1,0 +1,84 @@
+"""Grammar-constrained decoding: masks for logits that would make an invalid performance.
+
+For the performance vocabulary the state per sequence is the set of sounding pitches:
+
+* a note-on is allowed only for a silent pitch (and, with a polyphony cap, only while fewer than
+  `max_polyphony` notes sound);
+* a note-off only for a sounding pitch;
+* time shifts and velocities are always allowed; PAD and BOS never; EOS only when nothing sounds
+  (so a piece can only end cleanly), and `close()` releases whatever still sounds at the end.
+
+Tokenizers without a grammar get `SpecialsOnly`, which only forbids PAD and BOS.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cadenza.tokenizers import Tokenizer
+
+
+class SpecialsOnly:
+    def __init__(self, tok: Tokenizer, batch: int, device):
+        self.tok = tok
+        self.base = torch.ones(tok.vocab_size, dtype=torch.bool, device=device)
+        self.base[tok.pad_id] = False
+        if tok.bos_id != tok.pad_id:
+            self.base[tok.bos_id] = False
+        self.batch = batch
+
+    def observe(self, ids: torch.Tensor) -> None:
+        """Advance the state with tokens (B,) or (B, T)."""
+
+    def allowed(self) -> torch.Tensor:
+        return self.base.expand(self.batch, -1)
+
+    def close(self, seqs: list[list[int]]) -> list[list[int]]:
+        return seqs
+
+
+class PerformanceGrammar(SpecialsOnly):
+    def __init__(self, tok, batch: int, device, max_polyphony: int | None = None):
+        super().__init__(tok, batch, device)
+        self.sounding = torch.zeros(batch, 128, dtype=torch.bool, device=device)
+        self.max_polyphony = max_polyphony
+        self.on0, self.off0 = tok.note_on_offset, tok.note_off_offset
+
+    def observe(self, ids: torch.Tensor) -> None:
+        ids = ids.view(self.batch, -1)
+        for t in range(ids.shape[1]):  # prompts are short; steps are one token
+            x = ids[:, t]
+            is_on = x < self.off0
+            is_off = (x >= self.off0) & (x < self.off0 + 128)
+            rows = torch.arange(self.batch, device=x.device)
+            pitch = (x % 128).clamp(0, 127)
+            self.sounding[rows[is_on], pitch[is_on]] = True
+            self.sounding[rows[is_off], pitch[is_off]] = False
+
+    def allowed(self) -> torch.Tensor:
+        m = self.base.repeat(self.batch, 1)
+        on = ~self.sounding
+        if self.max_polyphony is not None:
+            full = self.sounding.sum(1, keepdim=True) >= self.max_polyphony
+            on = on & ~full
+        m[:, self.on0:self.on0 + 128] = on
+        m[:, self.off0:self.off0 + 128] = self.sounding
+        m[:, self.tok.eos_id] = ~self.sounding.any(1)
+        return m
+
+    def close(self, seqs: list[list[int]]) -> list[list[int]]:
+        """Append a note-off for every pitch still sounding (before a trailing EOS, if any)."""
+        out = []
+        for b, s in enumerate(seqs):
+            offs = [self.off0 + int(p) for p in torch.nonzero(self.sounding[b]).flatten().tolist()]
+            if s and s[-1] == self.tok.eos_id:
+                out.append(s[:-1] + offs + [s[-1]])
+            else:
+                out.append(s + offs)
+        return out
+
+
+def grammar_for(tok: Tokenizer, batch: int, device, enabled: bool = True, max_polyphony: int | None = None):
+    if enabled and tok.name == "performance":
+        return PerformanceGrammar(tok, batch, device, max_polyphony)
+    return SpecialsOnly(tok, batch, device)

@@ -1,0 +1,60 @@
+"""The LSTM baseline (Performance RNN's shape): embedding -> stacked LSTM -> linear."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cadenza.config import ModelConfig
+from cadenza.models.transformer import IGNORE_INDEX
+
+
+class LSTMState:
+    """Carried (h, c) state: the LSTM's equivalent of a KV cache, with no length limit."""
+
+    def __init__(self, h: torch.Tensor, c: torch.Tensor):
+        self.h, self.c = h, c
+        self.pos = 0
+
+    def reset(self) -> None:
+        self.h.zero_()
+        self.c.zero_()
+        self.pos = 0
+
+
+class MusicLSTM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.lstm = nn.LSTM(cfg.embed_dim, cfg.lstm_hidden, cfg.lstm_layers, batch_first=True,
+                            dropout=cfg.dropout if cfg.lstm_layers > 1 else 0.0)
+        self.head = nn.Linear(cfg.lstm_hidden, cfg.vocab_size)
+        self.grad_checkpoint = False  # cuDNN's fused LSTM has no per-block checkpointing
+
+    def new_cache(self, batch: int, max_len: int | None = None, device=None, dtype=None) -> LSTMState:
+        cfg = self.config
+        p = self.head.weight
+        shape = (cfg.lstm_layers, batch, cfg.lstm_hidden)
+        return LSTMState(torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype),
+                         torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype))
+
+    def forward(self, ids: torch.Tensor, targets: torch.Tensor | None = None, cache: LSTMState | None = None):
+        x = self.drop(self.tok_emb(ids))
+        if cache is not None:
+            y, (h, c) = self.lstm(x, (cache.h.to(x.dtype), cache.c.to(x.dtype)))
+            cache.h, cache.c = h, c
+            cache.pos += ids.shape[1]
+        else:
+            y, _ = self.lstm(x)
+        logits = self.head(self.drop(y))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+        return logits, loss
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return 6 * sum(p.numel() for p in self.parameters() if p is not self.tok_emb.weight)

