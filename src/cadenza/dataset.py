@@ -36,6 +36,7 @@ class WindowDataset(Dataset):
         self.seed = int(seed)
         self.transpose = int(transpose) if self.tok.supports_transpose else 0
         self.stretch = float(stretch) if self.tok.supports_stretch else 0.0
+        self.align = int(getattr(self.tok, "tokens_per_step", 1))
         lengths = np.array([len(p) + 2 for p in self.pieces], np.int64)  # + bos, eos
         self.cum = np.cumsum(lengths)
         self.lengths = lengths
@@ -72,6 +73,8 @@ class WindowDataset(Dataset):
         read = need if factor >= 1 else int(math.ceil(need / factor)) + 8
         length = int(self.lengths[k])
         start = int(rng.integers(0, max(1, length - need + 1)))
+        if self.align > 1 and start:  # e.g. SATB: a window must start on a soprano token
+            start = 1 + (start - 1) // self.align * self.align
         ids = self.piece_view(k, start, start + read)
         if factor != 1.0:
             ids = self._stretch(ids, factor)
@@ -95,8 +98,9 @@ class WindowDataset(Dataset):
         span = self.tok.pitch_range(ids[(ids != self.tok.bos_id) & (ids != self.tok.eos_id)])
         if span is None:
             return ids
-        lo = max(-self.transpose, -span[0])
-        hi = min(self.transpose, 127 - span[1])
+        low, high = getattr(self.tok, "pitch_bounds", (0, 127))  # e.g. the 88 keys of a piano roll
+        lo = max(-self.transpose, low - span[0])
+        hi = min(self.transpose, high - span[1])
         if hi < lo:
             return ids
         k = int(rng.integers(lo, hi + 1))

@@ -4,7 +4,8 @@ For the performance vocabulary the state per sequence is the set of sounding pit
 
 * a note-on is allowed only for a silent pitch (and, with a polyphony cap, only while fewer than
   `max_polyphony` notes sound);
-* a note-off only for a sounding pitch;
+* a note-off only for a pitch that sounds and has sounded for at least one time step (a note-off
+  right after its own note-on would make a zero-length note);
 * time shifts and velocities are always allowed; PAD and BOS never; EOS only when nothing sounds
   (so a piece can only end cleanly), and `close()` releases whatever still sounds at the end.
 
@@ -41,6 +42,7 @@ class PerformanceGrammar(SpecialsOnly):
     def __init__(self, tok, batch: int, device, max_polyphony: int | None = None):
         super().__init__(tok, batch, device)
         self.sounding = torch.zeros(batch, 128, dtype=torch.bool, device=device)
+        self.fresh = torch.zeros(batch, 128, dtype=torch.bool, device=device)  # on since the last shift
         self.max_polyphony = max_polyphony
         self.on0, self.off0 = tok.note_on_offset, tok.note_off_offset
 
@@ -53,7 +55,10 @@ class PerformanceGrammar(SpecialsOnly):
             rows = torch.arange(self.batch, device=x.device)
             pitch = (x % 128).clamp(0, 127)
             self.sounding[rows[is_on], pitch[is_on]] = True
+            self.fresh[rows[is_on], pitch[is_on]] = True
             self.sounding[rows[is_off], pitch[is_off]] = False
+            is_shift = (x >= self.tok.shift_offset) & (x < self.tok.velocity_offset)
+            self.fresh[is_shift] = False
 
     def allowed(self) -> torch.Tensor:
         m = self.base.repeat(self.batch, 1)
@@ -62,15 +67,18 @@ class PerformanceGrammar(SpecialsOnly):
             full = self.sounding.sum(1, keepdim=True) >= self.max_polyphony
             on = on & ~full
         m[:, self.on0:self.on0 + 128] = on
-        m[:, self.off0:self.off0 + 128] = self.sounding
+        m[:, self.off0:self.off0 + 128] = self.sounding & ~self.fresh
         m[:, self.tok.eos_id] = ~self.sounding.any(1)
         return m
 
     def close(self, seqs: list[list[int]]) -> list[list[int]]:
-        """Append a note-off for every pitch still sounding (before a trailing EOS, if any)."""
+        """Append a note-off for every pitch still sounding (before a trailing EOS, if any), after
+        one time step when a note started at the very end."""
         out = []
         for b, s in enumerate(seqs):
             offs = [self.off0 + int(p) for p in torch.nonzero(self.sounding[b]).flatten().tolist()]
+            if bool(self.fresh[b].any()):
+                offs = [self.tok.time_shift(1)] + offs
             if s and s[-1] == self.tok.eos_id:
                 out.append(s[:-1] + offs + [s[-1]])
             else:

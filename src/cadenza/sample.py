@@ -80,11 +80,13 @@ class _Window:
 def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                  constrained: bool = True, max_polyphony: int | None = None, use_cache: bool = True,
-                 stop_at_eos: bool = True, slide: int | None = None) -> list[list[int]]:
+                 stop_at_eos: bool = True, slide: int | None = None,
+                 stop_seconds: float | None = None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
 
     Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). With
-    `constrained` the performance grammar masks impossible events and closes open notes.
+    `constrained` the performance grammar masks impossible events and closes open notes. With
+    `stop_seconds` (performance tokens) a sequence stops once its new time shifts reach that time.
     """
     model.eval()
     b = prompts.shape[0]
@@ -95,6 +97,8 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, t
     seq = prompts
     n_new = prompts.shape[1]
     done = torch.zeros(b, dtype=torch.bool, device=device)
+    clock = torch.zeros(b, device=device)
+    shift0 = getattr(tokenizer, "shift_offset", None)
     out: list[list[int]] = [[] for _ in range(b)]
     for _ in range(max_new_tokens):
         logits = window.next_logits(seq, n_new)
@@ -108,8 +112,12 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, t
                 out[i].append(int(nxt[i, 0]))
         if stop_at_eos:
             done |= nxt[:, 0] == tokenizer.eos_id
-            if bool(done.all()):
-                break
+        if stop_seconds is not None and shift0 is not None:
+            k = nxt[:, 0] - shift0
+            clock += torch.where((k >= 0) & (k < tokenizer.max_shift_steps), k + 1, 0) / tokenizer.steps_per_second
+            done |= clock >= stop_seconds
+        if bool(done.all()):
+            break
         seq = torch.cat([seq, nxt], dim=1)
         n_new = 1
     return grammar.close(out) if constrained else out

@@ -9,11 +9,15 @@ from cadenza.tokenizers.base import (
     registered,
     tokenizer_from_dict,
 )
+from cadenza.tokenizers.frames import FrameTokenizer
 from cadenza.tokenizers.performance import PerformanceTokenizer
+from cadenza.tokenizers.satb import SATBTokenizer
 
 __all__ = [
     "DecodeReport",
     "Encoded",
+    "FrameTokenizer",
+    "SATBTokenizer",
     "PerformanceTokenizer",
     "Tokenizer",
     "TokenizerError",
@@ -31,6 +35,8 @@ def get_tokenizer(name: str = "performance", **params) -> Tokenizer:
 
         _, _, kind = name.partition(":")
         return MidiTokTokenizer(kind or "REMI", **params)
-    if name == "performance":
-        return PerformanceTokenizer(**params)
-    raise TokenizerError(f"unknown tokenizer {name!r}; use 'performance' or 'miditok:<REMI|TSD|MIDILike|...>'")
+    builtin = {"performance": PerformanceTokenizer, "frames": FrameTokenizer, "satb": SATBTokenizer}
+    if name in builtin:
+        return builtin[name](**params)
+    raise TokenizerError(f"unknown tokenizer {name!r}; use one of {', '.join(builtin)} or "
+                         "'miditok:<REMI|TSD|MIDILike|...>'")

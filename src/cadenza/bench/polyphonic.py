@@ -1,0 +1,235 @@
+"""The polyphonic piano-roll benchmarks (Boulanger-Lewandowski, Bengio and Vincent, ICML 2012).
+
+Four data sets of 88-key piano rolls, each in one MATLAB file with the official train / valid /
+test split (`DATASETS`). Every sequence is written to a token store with `FrameTokenizer` (each
+frame: its active keys ascending, then FRAME_END), a bijection, so a model's NLL of the tokens of
+a frame is exactly its NLL of that frame given the frames before it.
+
+The reported number is the frame-level NLL of the test split: the sum over all test frames (the
+first frame of every sequence included) of -log p(frame | earlier frames of its sequence), divided
+by the number of test frames, in nats. `frame_nll` / `score_split` compute it from per-token NLLs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from cadenza.store import SPLITS, StoreWriter, TokenStore
+from cadenza.tokenizers.frames import FrameTokenizer
+
+DATASETS = {"jsb": "JSB_Chorales.mat", "nottingham": "Nottingham.mat", "musedata": "MuseData.mat",
+            "piano": "Piano_midi.mat"}
+LABELS = {"jsb": "JSB", "nottingham": "Nottingham", "musedata": "MuseData", "piano": "Piano-midi"}
+MAT_KEYS = {"train": "traindata", "valid": "validdata", "test": "testdata"}
+OFFICIAL_SPLITS = {"jsb": (229, 76, 77), "nottingham": (694, 173, 170), "musedata": (524, 135, 124),
+                   "piano": (87, 12, 25)}  # (train, valid, test) sequences
+N_KEYS, LOW_KEY = 88, 21  # column j is MIDI pitch j + 21
+# Playback only: JSB was sampled every quarter note, the others every eighth; 120 bpm.
+FRAME_SECONDS = {"jsb": 0.5, "nottingham": 0.25, "musedata": 0.25, "piano": 0.25}
+
+# Frame-level test NLL (nats per frame). The last row is not a published model: the trivial
+# independent per-key frequency model (`per_key_bernoulli_nll`), a floor any model must beat.
+PUBLISHED: dict[str, dict[str, float]] = {
+    "RNN-NADE (Boulanger-Lewandowski et al. 2012)": {"jsb": 5.19, "nottingham": 2.31, "musedata": 5.60,
+                                                     "piano": 7.05},
+    "TCN (Bai et al. 2018)": {"jsb": 8.10, "nottingham": 3.07},
+    "LSTM (Bai et al. 2018)": {"jsb": 8.45, "nottingham": 3.29},
+    "per-key frequency (trivial baseline)": {"jsb": 11.06, "nottingham": 10.25, "musedata": 11.51,
+                                             "piano": 11.05},
+}
+
+
+class BenchDataError(ValueError):
+    """A benchmark data file that is missing or not in the expected form; the message names it."""
+
+
+@dataclass
+class BenchScore:
+    """A split's score: `nll` = `total_nll` / `units` (frames or tokens), in nats."""
+
+    nll: float
+    total_nll: float
+    units: int
+    pieces: int
+    unit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def dataset_key(path: str | os.PathLike) -> str:
+    """The `DATASETS` key of a .mat file, from its file name (e.g. JSB_Chorales.mat -> "jsb")."""
+    name = Path(path).name
+    for key, fname in DATASETS.items():
+        if fname.lower() == name.lower():
+            return key
+    raise BenchDataError(f"{path}: not one of the benchmark files ({', '.join(DATASETS.values())})")
+
+
+def load_mat(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
+    """{"train" | "valid" | "test": [bool (T, 88) rolls]} of one benchmark .mat file, in file order."""
+    from scipy.io import loadmat
+
+    path = Path(path)
+    if not path.is_file():
+        raise BenchDataError(f"{path}: no such file (download it from the Boulanger-Lewandowski 2012 "
+                             "data page; see docs/benchmarks-polyphonic.md)")
+    try:
+        mat = loadmat(path)
+    except Exception as e:  # scipy raises several types for a file that is not MATLAB
+        raise BenchDataError(f"{path}: not a readable MATLAB file ({type(e).__name__}: {e})") from None
+    out: dict[str, list[np.ndarray]] = {}
+    for split, key in MAT_KEYS.items():
+        if key not in mat:
+            found = ", ".join(k for k in mat if not k.startswith("_"))
+            raise BenchDataError(f"{path}: no {key!r} array (found {found})")
+        rolls = []
+        for i, seq in enumerate(np.asarray(mat[key], dtype=object).ravel()):
+            seq = np.asarray(seq)
+            if seq.ndim != 2 or seq.shape[1] != N_KEYS or (seq.size and not np.isin(seq, (0, 1)).all()):
+                raise BenchDataError(f"{path}: {key}[{i}] is not a 0/1 (T, {N_KEYS}) piano roll "
+                                     f"(shape {seq.shape}, dtype {seq.dtype})")
+            rolls.append(seq.astype(bool))
+        out[split] = rolls
+    return out
+
+
+def roll_sha256(roll: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(roll, dtype=np.uint8).tobytes()).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def build_store(mat_path: str | os.PathLike, out_dir: str | os.PathLike,
+                frame_seconds: float | None = None) -> TokenStore:
+    """Write every sequence of a benchmark .mat file as one piece of a token store, keeping its split.
+
+    Pieces are in the order train, valid, test and, within a split, the file's order; piece sources
+    read ``JSB_Chorales.mat:test:17`` (split, index in that split). `frame_seconds` (playback only)
+    defaults to the data set's frame rate at 120 bpm (`FRAME_SECONDS`).
+    """
+    mat_path = Path(mat_path)
+    key = dataset_key(mat_path)
+    data = load_mat(mat_path)
+    tok = FrameTokenizer(LOW_KEY, N_KEYS, frame_seconds or FRAME_SECONDS[key])
+    writer = StoreWriter(out_dir, tok)
+    try:
+        for split in SPLITS:
+            for i, roll in enumerate(data[split]):
+                enc = tok.encode(roll)
+                writer.add(enc.ids, source=f"{mat_path.name}:{split}:{i}", sha256=roll_sha256(roll),
+                           notes=enc.notes, seconds=roll.shape[0] * tok.frame_seconds,
+                           frames=int(roll.shape[0]), split=split)
+    except BaseException:
+        writer.abort()
+        raise
+    bench = {"name": "polyphonic", "dataset": key, "file": mat_path.name,
+             "file_sha256": file_sha256(mat_path),
+             "splits": "official", "frames": {s: int(sum(r.shape[0] for r in data[s])) for s in SPLITS}}
+    writer.close([], valid_fraction=0.0, test_fraction=0.0, extra={"benchmark": bench})
+    return TokenStore(out_dir)
+
+
+# ---- scoring ---------------------------------------------------------------------------------
+def aligned_nll(token_nll, ids: np.ndarray, label: str = "piece") -> np.ndarray:
+    """The NLLs of ids[0], ..., ids[-1] (float64): token_nll holds those, optionally then the EOS's."""
+    nll = np.asarray(token_nll, dtype=np.float64).ravel()
+    if nll.size == ids.size + 1:
+        return nll[:-1]  # the EOS: the benchmarks score the notes, not where the piece stops
+    if nll.size != ids.size:
+        raise ValueError(f"{label}: {nll.size} token NLLs for {ids.size} ids; expected {ids.size} "
+                         f"(ids only) or {ids.size + 1} (ids then EOS)")
+    return nll
+
+
+def frame_nll(token_nll, ids, tokenizer: FrameTokenizer, label: str = "piece") -> tuple[float, int]:
+    """(total NLL of the piece's frames, number of frames) from per-token NLLs.
+
+    Alignment: `ids` are the piece's ids as stored (no BOS/EOS). The model reads
+    ``[BOS] ids[0] ... ids[-1]`` and `token_nll[i]` = -log p(ids[i] | BOS, ids[:i]) in nats;
+    `token_nll` may carry one more entry, -log p(EOS | BOS, ids), which is ignored. In the usual
+    shifted-target form (inputs ``[BOS] ids``, targets ``ids [EOS]``) that is the per-target loss.
+    The total sums the NLLs of every key and FRAME_END token; by the chain rule it is
+    -log p(frames | first frame in context of BOS), since each frame is exactly its tokens. Leaving
+    out the EOS can only make the number worse, so it never flatters a model.
+    """
+    ids = tokenizer.check_ids(ids)
+    if ids.size and (ids[-1] != tokenizer.frame_end_id or (ids > tokenizer.frame_end_id).any()):
+        raise ValueError(f"{label}: ids are not a frame encoding (must hold keys and FRAME_END only and "
+                         "end with FRAME_END)")
+    return float(aligned_nll(token_nll, ids, label).sum()), int(np.count_nonzero(tokenizer.frame_ends(ids)))
+
+
+def score_split(store: TokenStore, token_nlls: Sequence, split: str = "test") -> BenchScore:
+    """Frame-level NLL of a split: `token_nlls[j]` are the token NLLs of the split's j-th piece.
+
+    Pieces are in store order (`store.split(split)`), each aligned as in `frame_nll`.
+    """
+    pieces = store.split(split)
+    tok = store.tokenizer
+    if not isinstance(tok, FrameTokenizer):
+        raise ValueError(f"{store.path}: store uses tokenizer {tok.name!r}, not 'frames'")
+    if len(token_nlls) != len(pieces):
+        raise ValueError(f"{store.path}: {len(token_nlls)} NLL arrays for {len(pieces)} {split} pieces")
+    total, frames = 0.0, 0
+    for piece, nll in zip(pieces, token_nlls):
+        t, n = frame_nll(nll, np.asarray(store[piece.index], np.int64), tok, label=piece.source)
+        expected = store.manifest["pieces"][piece.index].get("frames", n)
+        if n != expected:
+            raise ValueError(f"{store.path}: {piece.source} has {n} frames in its tokens, "
+                             f"{expected} in the manifest")
+        total += t
+        frames += n
+    return BenchScore(total / max(frames, 1), total, frames, len(pieces), "frame")
+
+
+# ---- the trivial baseline --------------------------------------------------------------------
+def key_probabilities(rolls: Sequence[np.ndarray]) -> np.ndarray:
+    """P(key active) per key over all frames of `rolls`, add-one smoothed: (count + 1) / (frames + 2)."""
+    counts = np.zeros(N_KEYS, np.int64)
+    frames = 0
+    for r in rolls:
+        counts += np.count_nonzero(r, axis=0)
+        frames += r.shape[0]
+    return (counts + 1) / (frames + 2)
+
+
+def per_key_bernoulli_nll(train: Sequence[np.ndarray], test: Sequence[np.ndarray]) -> float:
+    """Frame-level NLL of `test` under independent per-key Bernoullis fitted on `train`."""
+    p = key_probabilities(train)
+    log_on, log_off = np.log(p), np.log1p(-p)
+    total, frames = 0.0, 0
+    for r in test:
+        on = np.count_nonzero(r, axis=0)
+        total -= float(on @ log_on + (r.shape[0] - on) @ log_off)
+        frames += r.shape[0]
+    return total / max(frames, 1)
+
+
+# ---- the table -------------------------------------------------------------------------------
+def format_table(rows: Sequence[Mapping[str, Any]] = (), datasets: Sequence[str] = tuple(DATASETS)) -> str:
+    """A Markdown table: the published numbers, then `rows`.
+
+    Each row is a mapping with "model" (str), optional "note" (str) and a frame-level NLL per
+    dataset key ("jsb", "nottingham", "musedata", "piano"); missing data sets print as "-".
+    """
+    head = "| model | " + " | ".join(LABELS[d] for d in datasets) + " | source |"
+    lines = [head, "|" + " --- |" * (len(datasets) + 2)]
+    for name, nums in PUBLISHED.items():
+        src = "trivial baseline" if "trivial" in name else "published"
+        cells = [f"{nums[d]:.2f}" if d in nums else "-" for d in datasets]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {src} |")
+    for row in rows:
+        cells = [f"{row[d]:.3f}" if isinstance(row.get(d), (int, float)) else str(row.get(d, "-"))
+                 for d in datasets]
+        model, note = row.get("model", "cadenza"), row.get("note", "cadenza")
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {note} |")
+    return "\n".join(lines)
