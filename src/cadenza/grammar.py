@@ -49,16 +49,14 @@ class PerformanceGrammar(SpecialsOnly):
     def observe(self, ids: torch.Tensor) -> None:
         ids = ids.view(self.batch, -1)
         for t in range(ids.shape[1]):  # prompts are short; steps are one token
-            x = ids[:, t]
-            is_on = x < self.off0
-            is_off = (x >= self.off0) & (x < self.off0 + 128)
-            rows = torch.arange(self.batch, device=x.device)
-            pitch = (x % 128).clamp(0, 127)
-            self.sounding[rows[is_on], pitch[is_on]] = True
-            self.fresh[rows[is_on], pitch[is_on]] = True
-            self.sounding[rows[is_off], pitch[is_off]] = False
+            x = ids[:, t:t + 1]
+            # one-hot of the pitch of each row's token, kept only for note-ons / note-offs
+            hit = torch.zeros_like(self.sounding).scatter_(1, x % 128, True)
+            on = hit & (x < self.off0)
+            off = hit & (x >= self.off0) & (x < self.off0 + 128)
             is_shift = (x >= self.tok.shift_offset) & (x < self.tok.velocity_offset)
-            self.fresh[is_shift] = False
+            self.sounding = (self.sounding | on) & ~off
+            self.fresh = (self.fresh | on) & ~is_shift
 
     def allowed(self) -> torch.Tensor:
         m = self.base.repeat(self.batch, 1)

@@ -76,7 +76,7 @@ class _Window:
         return logits[:, -1]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                  constrained: bool = True, max_polyphony: int | None = None, use_cache: bool = True,
@@ -89,35 +89,41 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, t
     `stop_seconds` (performance tokens) a sequence stops once its new time shifts reach that time.
     """
     model.eval()
-    b = prompts.shape[0]
+    b, t0 = prompts.shape
     device = prompts.device
     grammar = grammar_for(tokenizer, b, device, constrained, max_polyphony)
     grammar.observe(prompts)
     window = _Window(model, b, use_cache, slide if slide is not None else model.config.context // 4)
-    seq = prompts
-    n_new = prompts.shape[1]
+    # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
+    seq = torch.full((b, t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
+    seq[:, :t0] = prompts
     done = torch.zeros(b, dtype=torch.bool, device=device)
     clock = torch.zeros(b, device=device)
     shift0 = getattr(tokenizer, "shift_offset", None)
-    out: list[list[int]] = [[] for _ in range(b)]
+    pad = torch.full((b, 1), tokenizer.pad_id, dtype=torch.long, device=device)
+    n_new, n = t0, t0
     for _ in range(max_new_tokens):
-        logits = window.next_logits(seq, n_new)
+        logits = window.next_logits(seq[:, :n], n_new)
         logits = filter_logits(logits, temperature, top_k, top_p, grammar.allowed())
-        probs = torch.softmax(logits, dim=-1)
-        nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-        nxt = torch.where(done[:, None], torch.full_like(nxt, tokenizer.pad_id), nxt)
+        nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
+        nxt = torch.where(done[:, None], pad, nxt)
         grammar.observe(nxt)
-        for i in range(b):
-            if not done[i]:
-                out[i].append(int(nxt[i, 0]))
+        seq[:, n] = nxt[:, 0]
+        n += 1
+        n_new = 1
         if stop_at_eos:
             done |= nxt[:, 0] == tokenizer.eos_id
         if stop_seconds is not None and shift0 is not None:
             k = nxt[:, 0] - shift0
             clock += torch.where((k >= 0) & (k < tokenizer.max_shift_steps), k + 1, 0) / tokenizer.steps_per_second
             done |= clock >= stop_seconds
-        if bool(done.all()):
+        if (stop_at_eos or stop_seconds is not None) and bool(done.all()):
             break
-        seq = torch.cat([seq, nxt], dim=1)
-        n_new = 1
+    out = []
+    for row in seq[:, t0:n].tolist():
+        if stop_at_eos and tokenizer.eos_id in row:
+            row = row[:row.index(tokenizer.eos_id) + 1]
+        while row and row[-1] == tokenizer.pad_id:  # rows that stopped early (time budget)
+            row.pop()
+        out.append(row)
     return grammar.close(out) if constrained else out

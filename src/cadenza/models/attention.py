@@ -156,6 +156,16 @@ class CausalSelfAttention(nn.Module):
         elif scheme == "rope":
             self.rotary = Rotary(self.head_dim)
 
+    def _reversed_rel(self) -> torch.Tensor:
+        """rel flipped along distance (row m <-> distance context-1-m), cached while it is unchanged."""
+        if torch.is_grad_enabled():
+            return self.rel.flip(1)
+        key = (self.rel._version, self.rel.data_ptr(), self.rel.dtype)
+        if getattr(self, "_rev_key", None) != key:
+            self._rev = self.rel.detach().flip(1)
+            self._rev_key = key
+        return self._rev
+
     def _blockwise(self, q: torch.Tensor) -> bool:
         """Kernel choice for rope/absolute: PyTorch's fused SDPA, except for bf16 training on
         CPU, where the blockwise path measured ~2x faster (benchmarks/bench_train.py)."""
@@ -176,14 +186,20 @@ class CausalSelfAttention(nn.Module):
             cache.v[layer, :, :, start:start + t] = v
             k, v = cache.k[layer, :, :, :start + t], cache.v[layer, :, :, :start + t]
         drop = self.attn_dropout if self.training else 0.0
-        if self.scheme == "relative" or self._blockwise(q):
+        if t == 1 and cache is not None:
+            # One new query sees every cached key: no causal mask, and its relative logits are a
+            # plain product with the distance embeddings in reverse (no skewing).
+            bias = None
+            if self.scheme == "relative":
+                er = self._reversed_rel()[:, -k.shape[-2]:]
+                bias = torch.matmul(q, er.transpose(-1, -2).unsqueeze(0)) * self.head_dim ** -0.5
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        elif self.scheme == "relative" or self._blockwise(q):
             # Past ~1k positions the stored logits dominate activation memory: recompute them.
             y = blockwise_attention(q, k, v, getattr(self, "rel", None), drop, self.training, self.chunk,
                                     checkpoint_blocks=torch.is_grad_enabled() and t > 1024)
         elif start == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, dropout_p=drop)
-        elif t == 1:
-            y = F.scaled_dot_product_attention(q, k, v)  # one new query sees the whole cache
         else:
             mask = causal_mask(t, start + t, x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)

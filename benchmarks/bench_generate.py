@@ -1,0 +1,116 @@
+"""Generation speed: cadenza vs Hugging Face `generate` vs full-prefix recomputation, in one run.
+
+    python benchmarks/bench_generate.py
+    python benchmarks/bench_generate.py --new-tokens 256 --batches 1 8 --repeats 3
+
+Same model size for all (vocab 391, d 256, 4 layers, 4 heads, ffn 1024, context 512), untrained
+weights, a 1-token prompt (BOS), 512 new tokens, plain sampling (temperature 1, no top-k/top-p
+filter) and no early stop. cadenza runs with its KV cache, with the grammar mask (its default) and
+without; "full recompute" is cadenza's model re-run on the whole prefix for every token, the way
+MusicTransformer-Pytorch and anticipation sample. Medians over repeats, contestants interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+SIZE = dict(vocab_size=391, d_model=256, n_layers=4, n_heads=4, d_ff=1024, context=512, dropout=0.0)
+
+
+def cadenza_model(attention: str):
+    from cadenza.config import ModelConfig
+    from cadenza.models import build_model
+
+    torch.manual_seed(0)
+    return build_model(ModelConfig(attention=attention, **SIZE)).eval()
+
+
+def hf_model():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=391, n_positions=1024, n_embd=256, n_layer=4, n_head=4, n_inner=1024,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=389, eos_token_id=390,
+                     pad_token_id=388)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def contestants(new_tokens: int, attention: list[str]):
+    from cadenza.sample import generate_ids
+    from cadenza.tokenizers import PerformanceTokenizer
+
+    tok = PerformanceTokenizer()
+    hf = hf_model()
+
+    def run_hf(b):
+        ids = torch.full((b, 1), tok.bos_id)
+        with torch.inference_mode():
+            hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0,
+                        max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=tok.pad_id)
+
+    out = {"HF GPT2 generate": run_hf}
+    for att in attention:
+        m = cadenza_model(att)
+
+        def run(b, m=m, constrained=True, cache=True):
+            g = torch.Generator().manual_seed(0)
+            prompt = torch.full((b, 1), tok.bos_id)
+            generate_ids(m, prompt, new_tokens, tok, generator=g, constrained=constrained, use_cache=cache,
+                         stop_at_eos=False)
+
+        out[f"cadenza {att}"] = run
+        out[f"cadenza {att}, no grammar"] = lambda b, run=run: run(b, constrained=False)
+    m = cadenza_model(attention[0])
+    out[f"full recompute ({attention[0]})"] = lambda b: contestants_full(m, tok, b, new_tokens)
+    return out
+
+
+def contestants_full(m, tok, b, n):
+    from cadenza.sample import generate_ids
+
+    g = torch.Generator().manual_seed(0)
+    generate_ids(m, torch.full((b, 1), tok.bos_id), n, tok, generator=g, constrained=False, use_cache=False,
+                 stop_at_eos=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--new-tokens", type=int, default=512)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--attention", nargs="+", default=["rope", "relative"])
+    ap.add_argument("--skip-full", action="store_true", help="skip the (slow) full-recompute contestant")
+    a = ap.parse_args(argv)
+    runs = contestants(a.new_tokens, a.attention)
+    if a.skip_full:
+        runs = {k: v for k, v in runs.items() if not k.startswith("full")}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {a.new_tokens} new tokens, "
+          f"median of {a.repeats}\n")
+    print("| generator | " + " | ".join(f"batch {b} tok/s | vs HF" for b in a.batches) + " |")
+    print("|---|" + "---:|---:|" * len(a.batches))
+    results: dict[str, dict[int, float]] = {k: {} for k in runs}
+    for b in a.batches:
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for k, fn in runs.items():  # warm-up
+            fn(b) if not k.startswith("full") else None
+        for r in range(a.repeats):
+            for k, fn in runs.items():
+                if k.startswith("full") and r > 0:
+                    continue  # one full-recompute run is enough to see the gap (it is slow)
+                t = time.perf_counter()
+                fn(b)
+                times[k].append(time.perf_counter() - t)
+        for k in runs:
+            results[k][b] = b * a.new_tokens / statistics.median(times[k])
+    hf = results["HF GPT2 generate"]
+    for k, r in results.items():
+        print(f"| {k} | " + " | ".join(f"{r[b]:,.0f} | {r[b] / hf[b]:.2f}x" for b in a.batches) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
