@@ -13,7 +13,6 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import symusic
 

@@ -217,7 +217,9 @@ def brute_force_run(sample, corpus):
 @pytest.mark.parametrize("primes", [None, (3, 5)])  # (3, 5): hashes collide constantly; verification must cope
 def test_longest_common_run_matches_brute_force(primes, monkeypatch):
     if primes:
-        monkeypatch.setattr(M, "_PRIMES", primes)
+        import cadenza.memorisation as memo
+
+        monkeypatch.setattr(memo, "_PRIMES", primes)
     rng = np.random.default_rng(0)
     for _ in range(150):
         alphabet = int(rng.integers(1, 5))

@@ -159,3 +159,18 @@ def test_flops_per_token_counts_parameters_and_attention():
     m = build_model(small(attention="rope"))
     n = sum(p.numel() for p in m.parameters())
     assert m.flops_per_token(32) == 6 * n + 12 * 2 * 32 * 32
+
+
+def test_fast_cpu_dropout_drops_the_rounded_fraction_and_keeps_the_expectation():
+    from cadenza.models.attention import Dropout
+
+    d = Dropout(0.1)
+    x = torch.ones(400_000)
+    y = d(x)
+    assert abs((y == 0).float().mean().item() - 26 / 256) < 0.003
+    assert abs(y.mean().item() - 1.0) < 0.01
+    assert torch.equal(d.eval()(x), x)
+    g = torch.ones(1000, requires_grad=True)
+    d.train()(g).sum().backward()
+    grads = g.grad.unique()
+    assert grads.numel() == 2 and grads[0] == 0 and grads[1].item() == pytest.approx(256 / 230)

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from cadenza.config import ModelConfig
-from cadenza.models.attention import CausalSelfAttention, KVCache
+from cadenza.models.attention import CausalSelfAttention, Dropout, KVCache
 
 IGNORE_INDEX = -100
 
@@ -20,7 +20,7 @@ class MLP(nn.Module):
         super().__init__()
         self.fc = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x):
         return self.dropout(self.proj(F.gelu(self.fc(x))))
@@ -48,7 +48,7 @@ class MusicTransformer(nn.Module):
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.context, cfg.d_model) if cfg.attention == "absolute" else None
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
