@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cadenza.dataset import IGNORE_INDEX, StepSampler, WindowDataset, inputs_targets
-from cadenza.prepare import prepare
+from cadenza.ingest import prepare
 
 
 @pytest.fixture(scope="module")

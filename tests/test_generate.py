@@ -80,7 +80,7 @@ def test_constrained_decoding_never_produces_an_invalid_event():
 
 
 def test_nll_equals_the_sum_of_directly_computed_log_probs(midi_folder, tmp_path):
-    from cadenza.prepare import prepare
+    from cadenza.ingest import prepare
 
     store = prepare([midi_folder], tmp_path / "s", workers=1, progress=False, valid_fraction=0.0,
                     test_fraction=0.0).store

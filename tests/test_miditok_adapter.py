@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("miditok")
 
 from cadenza.midi import read_notes  # noqa: E402
-from cadenza.prepare import prepare  # noqa: E402
+from cadenza.ingest import prepare  # noqa: E402
 from cadenza.store import TokenStore  # noqa: E402
 from cadenza.tokenizers import get_tokenizer, tokenizer_from_dict  # noqa: E402
 

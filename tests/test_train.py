@@ -14,8 +14,8 @@ import torch
 
 from cadenza import checkpoint as ckpt
 from cadenza.config import resolve
-from cadenza.prepare import prepare
-from cadenza.train import NonFiniteLoss, train
+from cadenza.ingest import prepare
+from cadenza.trainer import NonFiniteLoss, train
 
 SMALL = ["context=64", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64", "batch_size=4", "warmup_steps=2",
          "eval_every=4", "eval_windows=4", "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\"",

@@ -4,19 +4,15 @@ __version__ = "0.1.0"
 
 __all__ = ["__version__", "generate", "prepare", "train"]
 
+# The public API, imported on first use so `import cadenza` (and the CLI's start) stays fast.
+_LAZY = {"generate": "cadenza.generation", "prepare": "cadenza.ingest", "train": "cadenza.trainer"}
+
 
 def __getattr__(name):
-    # The public API, imported lazily so `import cadenza` stays fast (no torch until needed).
-    if name == "generate":
-        from cadenza.generate import generate
+    if name in _LAZY:
+        import importlib
 
-        return generate
-    if name == "prepare":
-        from cadenza.prepare import prepare
-
-        return prepare
-    if name == "train":
-        from cadenza.train import train
-
-        return train
+        fn = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = fn
+        return fn
     raise AttributeError(f"module 'cadenza' has no attribute {name!r}")

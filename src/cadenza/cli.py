@@ -10,7 +10,7 @@ from cadenza import __version__
 
 
 def _cmd_prepare(a: argparse.Namespace) -> int:
-    from cadenza.prepare import prepare
+    from cadenza.ingest import prepare
     from cadenza.tokenizers import get_tokenizer
 
     if bool(a.corpus) == bool(a.inputs):

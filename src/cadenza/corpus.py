@@ -106,17 +106,22 @@ def _convert_source(args: tuple[str, str]) -> dict:
     return result
 
 
-def materialize(name: str, workers: int | None = None, progress: bool = True) -> CorpusFiles:
-    """Convert corpus `name` to MIDI (once; cached) and return the MIDI paths and the failures."""
+def materialize(name: str, workers: int | None = None, progress: bool = True,
+                limit: int | None = None) -> CorpusFiles:
+    """Convert corpus `name` to MIDI (once; cached) and return the MIDI paths and the failures.
+
+    `limit` takes only the first N source files (a quick try, or a test); a later call without it
+    converts the rest, reusing what is cached.
+    """
     if name not in CORPORA:
         raise KeyError(f"unknown corpus {name!r}; available: {', '.join(CORPORA)}")
     corpus = CORPORA[name]
     out = cache_dir() / "corpora" / name
     out.mkdir(parents=True, exist_ok=True)
-    sources = source_files(corpus)
+    sources = source_files(corpus)[:limit]
     todo = [str(s) for s in sources]
     workers = workers or min(os.cpu_count() or 1, 8)
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     pending = [s for s in todo if not (out / f".{_key(Path(s))}.done.json").exists()]
     desc = f"converting {name} (first use only)" if pending else f"{name} (cached)"
@@ -137,5 +142,6 @@ def materialize(name: str, workers: int | None = None, progress: bool = True) ->
     results = [_convert_source((s, str(out))) for s in todo]  # every source now has its marker
     midi = [out / w for r in results for w in r["written"]]
     failures = [f for r in results for f in r["failures"]]
-    write_json(out / "index.json", {"corpus": name, "midi": [p.name for p in midi], "failures": failures})
+    if limit is None:
+        write_json(out / "index.json", {"corpus": name, "midi": [p.name for p in midi], "failures": failures})
     return CorpusFiles(name, out, midi, failures)

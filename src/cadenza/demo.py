@@ -20,12 +20,12 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
     from cadenza.config import resolve
     from cadenza.corpus import materialize
     from cadenza.evaluate_cli import reference_notes
-    from cadenza.generate import generate
+    from cadenza.generation import generate
     from cadenza.metrics import RunFinder, compare_sets
-    from cadenza.prepare import prepare
+    from cadenza.ingest import prepare
     from cadenza.render import render_file
     from cadenza.store import StoreError, TokenStore
-    from cadenza.train import train
+    from cadenza.trainer import train
 
     t0 = time.time()
     out = Path(out)
@@ -49,12 +49,13 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
     result = train(cfg, data, run, command=f"cadenza demo --out {out} --minutes {minutes:g}")
 
     _say("3/5 generate: 2 free chorales and 2 continuations of held-out chorale openings")
-    free = generate(run, num_samples=2, seconds=seconds, top_p=0.95, seed=seed, out=samples / "free")
+    free = generate(run, num_samples=2, seconds=seconds, top_p=0.95, seed=seed, out=samples / "free",
+                    stop_at_eos=False)
     held_out = [p.source for p in store.split("test")][:2]
     cont = []
     for i, src in enumerate(held_out):
         cont.append(generate(run, primer=src, primer_seconds=8.0, num_samples=1, seconds=seconds, top_p=0.95,
-                             seed=seed + 1 + i, out=samples / f"continued-{i}"))
+                             seed=seed + 1 + i, out=samples / f"continued-{i}", stop_at_eos=False))
 
     _say("4/5 render: WAV and piano rolls")
     midi = free.paths + [p for g in cont for p in g.paths]

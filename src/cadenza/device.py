@@ -31,10 +31,21 @@ def pick_device(pref: str = "auto", local_rank: int = 0) -> torch.device:
 
 
 def cpu_supports_bf16() -> bool:
+    """Native bf16 arithmetic (AVX512-BF16 or AMX), where bf16 autocast is faster than fp32."""
+    cpu = getattr(torch, "cpu", None)
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        fn = getattr(cpu, probe, None)
+        if fn is not None and fn():
+            return True
+    return False
+
+
+def cuda_supports_bf16(device=None) -> bool:
+    """Native bf16 (compute capability 8.0+); emulated bf16 on older GPUs is slower than fp16."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # torch < 2.3 has no including_emulation and reports native support only
+        return bool(torch.cuda.is_bf16_supported())
 
 
 def resolve_precision(pref: str, device: torch.device) -> str:
@@ -43,11 +54,11 @@ def resolve_precision(pref: str, device: torch.device) -> str:
     if pref != "auto":
         if pref == "fp16" and device.type == "cpu":
             raise ValueError("fp16 training on CPU is not supported by PyTorch autocast; use bf16 or fp32")
-        if pref == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if pref == "bf16" and device.type == "cuda" and not cuda_supports_bf16(device):
             raise ValueError(f"{torch.cuda.get_device_name(device)} has no bf16 support; use --precision fp16")
         return pref
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if cuda_supports_bf16(device) else "fp16"
     if device.type == "cpu":
         return "bf16" if cpu_supports_bf16() else "fp32"
     return "fp32"

@@ -48,7 +48,15 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def command_line() -> str:
-    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""
+    """The command that started this process, shell-quoted; `python -m cadenza` reads as `cadenza`."""
+    import shlex
+
+    if not sys.argv:
+        return ""
+    prog = Path(sys.argv[0]).name
+    if prog in ("__main__.py", "cli.py") and Path(sys.argv[0]).parent.name == "cadenza":
+        prog = "cadenza"
+    return shlex.join([prog, *sys.argv[1:]])
 
 
 def environment_summary() -> dict:

@@ -78,7 +78,7 @@ def token_nll(model, store: TokenStore, split: str = "test", stride: int | None 
         ctx = model.config.context
         stride = stride or max(1, ctx // 2)
         jobs = [(k, s, first) for k, v in enumerate(views) for s, first in windows_for(len(v) - 1, ctx, stride)]
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         for i in tqdm(range(0, len(jobs), batch_size), disable=not progress, unit="batch", desc=f"nll {split}"):
             chunk = jobs[i:i + batch_size]

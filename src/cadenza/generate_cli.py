@@ -29,6 +29,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-polyphony", type=int, help="at most this many notes sounding at once")
     p.add_argument("--unconstrained", action="store_true", help="no grammar mask (the decoder still repairs)")
+    p.add_argument("--no-eos", action="store_true",
+                   help="never end a piece early: every sample runs to --seconds / --max-tokens")
     p.add_argument("--batch-size", type=int, default=8, help="samples generated together")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default="samples", help="folder for sample-NNN.mid and generation.json")
@@ -37,12 +39,13 @@ def register(sub) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from cadenza.generate import generate
+    from cadenza.generation import generate
 
     g = generate(a.checkpoint, primer=a.primer, primer_seconds=a.primer_seconds, num_samples=a.num_samples,
                  max_tokens=a.max_tokens, seconds=a.seconds, temperature=a.temperature, top_k=a.top_k,
                  top_p=a.top_p, seed=a.seed, out=a.out, constrained=not a.unconstrained,
-                 max_polyphony=a.max_polyphony, device=a.device, batch_size=a.batch_size, render=a.render)
+                 max_polyphony=a.max_polyphony, device=a.device, batch_size=a.batch_size, render=a.render,
+                 stop_at_eos=not a.no_eos)
     for path, s in zip(g.paths, g.stats):
         print(f"{path}  {s['tokens']} tokens, {s['notes']} notes, {s['seconds']:.1f} s, "
               f"{s['repairs']['repairs']} repairs")

@@ -20,12 +20,15 @@ from cadenza.tokenizers import Tokenizer
 
 
 class SpecialsOnly:
-    def __init__(self, tok: Tokenizer, batch: int, device):
+    def __init__(self, tok: Tokenizer, batch: int, device, allow_eos: bool = True):
         self.tok = tok
         self.base = torch.ones(tok.vocab_size, dtype=torch.bool, device=device)
         self.base[tok.pad_id] = False
         if tok.bos_id != tok.pad_id:
             self.base[tok.bos_id] = False
+        if not allow_eos:
+            self.base[tok.eos_id] = False
+        self.allow_eos = allow_eos
         self.batch = batch
 
     def observe(self, ids: torch.Tensor) -> None:
@@ -39,8 +42,8 @@ class SpecialsOnly:
 
 
 class PerformanceGrammar(SpecialsOnly):
-    def __init__(self, tok, batch: int, device, max_polyphony: int | None = None):
-        super().__init__(tok, batch, device)
+    def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True):
+        super().__init__(tok, batch, device, allow_eos)
         self.sounding = torch.zeros(batch, 128, dtype=torch.bool, device=device)
         self.fresh = torch.zeros(batch, 128, dtype=torch.bool, device=device)  # on since the last shift
         self.max_polyphony = max_polyphony
@@ -66,7 +69,7 @@ class PerformanceGrammar(SpecialsOnly):
             on = on & ~full
         m[:, self.on0:self.on0 + 128] = on
         m[:, self.off0:self.off0 + 128] = self.sounding & ~self.fresh
-        m[:, self.tok.eos_id] = ~self.sounding.any(1)
+        m[:, self.tok.eos_id] = ~self.sounding.any(1) & self.allow_eos
         return m
 
     def close(self, seqs: list[list[int]]) -> list[list[int]]:
@@ -84,7 +87,8 @@ class PerformanceGrammar(SpecialsOnly):
         return out
 
 
-def grammar_for(tok: Tokenizer, batch: int, device, enabled: bool = True, max_polyphony: int | None = None):
+def grammar_for(tok: Tokenizer, batch: int, device, enabled: bool = True, max_polyphony: int | None = None,
+                allow_eos: bool = True):
     if enabled and tok.name == "performance":
-        return PerformanceGrammar(tok, batch, device, max_polyphony)
-    return SpecialsOnly(tok, batch, device)
+        return PerformanceGrammar(tok, batch, device, max_polyphony, allow_eos)
+    return SpecialsOnly(tok, batch, device, allow_eos)

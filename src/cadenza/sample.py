@@ -87,11 +87,13 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, t
     Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). With
     `constrained` the performance grammar masks impossible events and closes open notes. With
     `stop_seconds` (performance tokens) a sequence stops once its new time shifts reach that time.
+    With `stop_at_eos=False` EOS is masked, so every sample runs to its length.
     """
     model.eval()
     b, t0 = prompts.shape
     device = prompts.device
-    grammar = grammar_for(tokenizer, b, device, constrained, max_polyphony)
+    # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
+    grammar = grammar_for(tokenizer, b, device, constrained, max_polyphony, allow_eos=stop_at_eos)
     grammar.observe(prompts)
     window = _Window(model, b, use_cache, slide if slide is not None else model.config.context // 4)
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.

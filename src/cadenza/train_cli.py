@@ -1,4 +1,4 @@
-"""`cadenza train`: parse flags into a RunConfig and call `cadenza.train.train`."""
+"""`cadenza train`: parse flags into a RunConfig and call `cadenza.trainer.train`."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def run(a: argparse.Namespace) -> int:
         return 0
     if not a.data or not a.out:
         raise SystemExit("cadenza train: --data and --out are required (see --help)")
-    from cadenza.train import train
+    from cadenza.trainer import train
 
     res = train(cfg, a.data, a.out, resume=a.resume, progress=not a.quiet)
     return 0 if res.step > 0 else 1

@@ -64,7 +64,7 @@ def run(a: argparse.Namespace) -> int:
     train_info = {}
     if not a.evaluate:
         from cadenza.config import resolve
-        from cadenza.train import train
+        from cadenza.trainer import train
 
         cfg = resolve(a.preset or f"bench-{key}", a.config, a.overrides, max_minutes=a.max_minutes,
                       max_steps=a.max_steps, transpose=a.transpose, seed=a.seed, device=a.device,

@@ -143,7 +143,7 @@ def prepare(inputs: Iterable[str | os.PathLike], out: str | os.PathLike, tokeniz
     skipped = list(pre_skipped)
     writer = StoreWriter(out, tokenizer)
     seen: dict[str, str] = {}
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     bar = tqdm(total=len(files), unit="file", desc="prepare", disable=not progress, file=sys.stderr,
                dynamic_ncols=True)

@@ -100,12 +100,15 @@ class _Stop:
 
 def train(cfg: RunConfig, data: str | Path, out: str | Path, resume: bool = False, progress: bool = True,
           command: str | None = None) -> TrainResult:
+    """Train `cfg` on the token store `data`, writing the run folder `out` (see module docstring)."""
     cfg.validate()
     tc = cfg.train
     dist = setup_distributed(tc.device)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         return _train(cfg, Path(data), Path(out), resume, progress and dist.is_main, command, dist)
     finally:
+        torch.use_deterministic_algorithms(was_deterministic)
         cleanup_distributed()
 
 
@@ -187,7 +190,13 @@ def _train(cfg, data, out, resume, progress, command, dist) -> TrainResult:
             "world_size": dist.world_size,
         }
         write_json(out / "config.json", cfg.to_dict())
-        write_json(out / "run.json", run_meta)
+        previous = json.loads((out / "run.json").read_text()) if resume and (out / "run.json").exists() else None
+        if previous:  # keep the original command and environment; list each resume after it
+            resumes = previous.pop("resumes", []) + [{"step": start_step, "command": run_meta["command"],
+                                                      "environment": run_meta["environment"]}]
+            write_json(out / "run.json", {**previous, "resumes": resumes})
+        else:
+            write_json(out / "run.json", run_meta)
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(out / "tb"), purge_step=start_step + 1 if start_step else None)
@@ -231,10 +240,14 @@ def _train(cfg, data, out, resume, progress, command, dist) -> TrainResult:
             step += 1
             loss_val = loss_sum
             dt = time.time() - ts
-            if budget and step == start_step + 10 and state is None:
-                # Time-bounded run: end the cosine schedule where the budget will end.
-                per_step = (time.time() - t0) / 10
-                horizon = max(tc.warmup_steps + 1, min(tc.max_steps, int(budget / (per_step * 1.08))))
+            if budget and state is None and step == start_step + 10:
+                t10 = time.time()
+            if budget and state is None and step == start_step + 30:
+                # Time-bounded run: end the cosine schedule where the budget will end. Steps 10-30
+                # are timed because the first ones pay for warm-up (allocations, kernel choice).
+                per_step = (time.time() - t10) / 20
+                remaining = budget - (time.time() - t0)
+                horizon = max(tc.warmup_steps + 1, min(tc.max_steps, step + int(remaining / (per_step * 1.08))))
                 if bar is not None:
                     bar.total = horizon
             stop_now = stop.requested or (budget is not None and time.time() - t0 >= budget)
@@ -261,7 +274,7 @@ def _train(cfg, data, out, resume, progress, command, dist) -> TrainResult:
                 if tc.sample_tokens:
                     _log_sample(writer, raw, tok, step, tc.sample_tokens, device)
             if dist.is_main and (step % tc.save_every == 0 or final):
-                meta = {"config": cfg.to_dict(), "tokenizer": store.manifest["tokenizer"],
+                meta = {"config": cfg.to_dict(), "tokenizer": store.manifest["tokenizer"], "lr_horizon": horizon,
                         "valid_loss": valid_loss if (step % tc.eval_every == 0 or final) else None,
                         "best_valid_loss": best, "train_loss": loss_val, **run_meta}
                 st = {"optimizer": opt.state_dict(), "scaler": scaler.state_dict(), "horizon": horizon,
@@ -323,7 +336,7 @@ def _environment() -> dict:
 def _progress(enabled: bool, start: int, total: int):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     return tqdm(total=total, initial=start, unit="step", desc="train", file=sys.stderr, dynamic_ncols=True)
 
