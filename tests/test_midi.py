@@ -79,3 +79,21 @@ def test_notes_to_score_writes_what_it_was_given():
     back, _ = _notes(notes_to_score(notes))
     assert np.allclose(back.start, notes.start, atol=2e-3) and np.allclose(back.end, notes.end, atol=2e-3)
     assert back.velocity.tolist() == notes.velocity.tolist()
+
+
+def test_tick_to_seconds_matches_symusic_on_files_with_tempo_changes():
+    from conftest import shared
+
+    for f in sorted(shared("midi", "multitrack").glob("*.mid"))[:5]:
+        score = symusic.Score(str(f))
+        ours, _ = score_to_notes(score)
+        theirs, _ = score_to_notes(score.to("second"))  # symusic's own conversion (float32)
+        assert len(ours) == len(theirs)
+        assert np.allclose(ours.start, theirs.start, atol=2e-3) and np.allclose(ours.end, theirs.end, atol=2e-3)
+
+
+def test_tempo_before_first_tempo_event_is_120_bpm_and_last_of_one_tick_wins():
+    s = make_score([[(0, 480, 60, 80), (960, 480, 62, 80)]], tempos=((480, 30.0), (480, 60.0)))
+    notes, _ = _notes(s)
+    # beat 1 at 120 bpm (0.5 s), then 60 bpm (1 s per beat): the second note starts at 1.5 s
+    assert np.allclose(notes.by_time().start, [0.0, 1.5], atol=1e-6)

@@ -8,7 +8,7 @@ Policies (the same for every tokenizer that starts from notes; see docs/data.md)
   a note whose release falls while the pedal is down (pedal-down instant included, pedal-up
   instant excluded) sounds until the pedal is released. Pedals apply per track (channel).
 * A same-pitch note that starts while an earlier one still sounds ends the earlier one at the new
-  onset (two notes of one pitch at one instant become one, lasting until the later release).
+  onset (of two notes of one pitch at one instant, the longer is kept).
 * Zero-length notes are dropped and counted.
 """
 
@@ -95,6 +95,11 @@ class NormaliseOptions:
 def load_score(source: str | os.PathLike | bytes, name: str | None = None) -> symusic.Score:
     """Parse MIDI with symusic; any failure becomes a one-line `MidiReadError` naming the file."""
     label = name or (str(source) if not isinstance(source, (bytes, bytearray)) else "<bytes>")
+    if not isinstance(source, (bytes, bytearray)):
+        try:  # the fast path: symusic reads the file itself; failures are diagnosed below
+            return symusic.Score(str(source))
+        except Exception:
+            pass
     try:
         if isinstance(source, (bytes, bytearray)):
             data = bytes(source)
@@ -114,9 +119,9 @@ def load_score(source: str | os.PathLike | bytes, name: str | None = None) -> sy
 def score_to_notes(score: symusic.Score, sustain: bool = True) -> tuple[Notes, ReadStats]:
     """Merge the non-drum tracks of a score into normalised piano `Notes` (times in seconds)."""
     stats = ReadStats()
-    sec = score.to("second") if score.ttype != symusic.TimeUnit.second else score
+    in_ticks = score.ttype == symusic.TimeUnit.tick
     plain, pedalled = [], []
-    for track in sec.tracks:
+    for track in score.tracks:
         n = track.note_num()
         if n == 0:
             continue
@@ -136,23 +141,44 @@ def score_to_notes(score: symusic.Score, sustain: bool = True) -> tuple[Notes, R
             merged.extend(track.notes)
         parts.append(_arrays(merged.numpy()))
     for track in pedalled:  # pedals act per track (channel), so these are extended one by one
-        s, e, p, v = _arrays(track.notes.numpy())
-        e, extended = _apply_sustain(e, track.pedals.numpy())
+        st, en, p, v = _arrays(track.notes.numpy())
+        en, extended = _apply_sustain(en, track.pedals.numpy())
         stats.pedal_extended += extended
-        parts.append((s, e, p, v))
+        parts.append((st, en, p, v))
     if not parts:
         return Notes.empty(), stats
     start, end, pitch, vel = (np.concatenate(x) if len(parts) > 1 else x[0] for x in zip(*parts))
+    if in_ticks:  # all of a file's normalisation happens in ticks; seconds once, at the end
+        both = ticks_to_seconds(score, np.concatenate((start, end)))
+        start, end = both[:start.size], both[start.size:]
     stats.notes_in = int(start.size)
-    notes, truncated, zero = normalise(start, end, pitch, np.clip(vel, 1, 127))
+    notes, truncated, zero = normalise(start, end, pitch, vel)
     stats.overlaps_truncated = truncated
     stats.zero_length = zero
     stats.notes_out = len(notes)
     return notes, stats
 
 
+def ticks_to_seconds(score: symusic.Score, ticks: np.ndarray) -> np.ndarray:
+    """Seconds of tick positions through the score's tempo map (120 bpm before the first tempo;
+    of several tempos on one tick the last counts), in float64. Vectorised: one searchsorted."""
+    tempos = score.tempos.numpy()
+    t = tempos["time"].astype(np.int64)
+    q = tempos["mspq"].astype(np.float64)
+    if t.size == 0 or t[0] > 0:
+        t = np.concatenate(([0], t))
+        q = np.concatenate(([500_000.0], q))
+    if t.size > 1:
+        last = np.append(t[1:] != t[:-1], True)
+        t, q = t[last], q[last]
+    per_tick = q / (1e6 * score.ticks_per_quarter)
+    at = np.concatenate(([0.0], np.cumsum(np.diff(t) * per_tick[:-1])))
+    idx = np.searchsorted(t, ticks, side="right") - 1
+    return at[idx] + (ticks - t[idx]) * per_tick[idx]
+
+
 def _arrays(arr: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    s = arr["time"].astype(np.float64)
+    s = arr["time"].astype(np.float64) if arr["time"].dtype.kind == "f" else arr["time"].astype(np.int64)
     return s, s + arr["duration"], arr["pitch"].astype(np.int64), arr["velocity"].astype(np.int64)
 
 
@@ -174,24 +200,24 @@ def normalise(start, end, pitch, velocity) -> tuple[Notes, int, int]:
     """Resolve same-pitch overlaps and drop zero-length notes.
 
     Returns the notes, the number of notes cut short by a same-pitch restart, and the number of
-    notes dropped for having no length (including exact same-pitch duplicates, of which the
-    longest is kept).
+    notes dropped for having no length (including same-pitch twins: of several notes of one pitch
+    starting at one instant only the longest is kept).
     """
     start = np.asarray(start, np.float64)
     end = np.asarray(end, np.float64)
     pitch = np.asarray(pitch, np.int64)
     velocity = np.asarray(velocity, np.int64)
-    order = np.lexsort((start, pitch))
+    # By pitch, then onset, then release: of twins the longest comes last and survives, because
+    # every earlier twin is cut at the (equal) onset of the next one and so has no length.
+    order = np.lexsort((end, start, pitch))
     start, end, pitch, velocity = start[order], end[order], pitch[order], velocity[order]
     same = pitch[:-1] == pitch[1:]
-    twin = same & (start[1:] == start[:-1])
-    if twin.any():  # the last of each run of equal (pitch, onset) survives: give it the longest end
-        end = keep_longest(end, twin)
-    cut = same & (start[1:] < end[:-1])
-    truncated = int(np.count_nonzero(cut & ~twin))
-    if cut.any():
+    nxt = start[1:]
+    cut = same & (nxt < end[:-1])
+    truncated = int(np.count_nonzero(cut & (nxt != start[:-1])))
+    if truncated or cut.any():
         end = end.copy()
-        end[:-1] = np.where(cut, start[1:], end[:-1])
+        end[:-1] = np.where(cut, nxt, end[:-1])
     keep = end > start
     zero = int(start.size - np.count_nonzero(keep))
     if zero:
