@@ -59,8 +59,8 @@ def test_constrained_decoding_never_produces_an_invalid_event():
     """Thousands of random logits: every sampled sequence decodes with zero repairs."""
     g = torch.Generator().manual_seed(0)
     b, steps = 16, 600
-    for cap in (None, 4):
-        grammar = PerformanceGrammar(TOK, b, "cpu", max_polyphony=cap)
+    for cap, longest in ((None, None), (4, 1.5)):
+        grammar = PerformanceGrammar(TOK, b, "cpu", max_polyphony=cap, max_note_seconds=longest)
         seqs = [[] for _ in range(b)]
         for _ in range(steps):
             logits = torch.randn(b, TOK.vocab_size, generator=g) * 3
@@ -76,6 +76,8 @@ def test_constrained_decoding_never_produces_an_invalid_event():
             s = s[:s.index(TOK.eos_id)] if TOK.eos_id in s else s
             notes, report = TOK.decode_notes(s)
             assert report.repairs == 0, report
+            if longest is not None:
+                assert (notes.end - notes.start).max() <= longest + 1e-9
             assert TOK.pad_id not in s and TOK.bos_id not in s
 
 

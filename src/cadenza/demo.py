@@ -49,13 +49,14 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
     result = train(cfg, data, run, command=f"cadenza demo --out {out} --minutes {minutes:g}")
 
     _say("3/5 generate: 2 free chorales and 2 continuations of held-out chorale openings")
-    free = generate(run, num_samples=2, seconds=seconds, top_p=0.95, seed=seed, out=samples / "free",
-                    stop_at_eos=False)
+    # Chorale-shaped decoding: at most 5 voices, no note held past 4 s (a fermata is ~2 s).
+    shape = {"max_polyphony": 5, "max_note_seconds": 4.0, "stop_at_eos": False, "top_p": 0.95}
+    free = generate(run, num_samples=2, seconds=seconds, seed=seed, out=samples / "free", **shape)
     held_out = [p.source for p in store.split("test")][:2]
     cont = []
     for i, src in enumerate(held_out):
-        cont.append(generate(run, primer=src, primer_seconds=8.0, num_samples=1, seconds=seconds, top_p=0.95,
-                             seed=seed + 1 + i, out=samples / f"continued-{i}", stop_at_eos=False))
+        cont.append(generate(run, primer=src, primer_seconds=8.0, num_samples=1, seconds=seconds,
+                             seed=seed + 1 + i, out=samples / f"continued-{i}", **shape))
 
     _say("4/5 render: WAV and piano rolls")
     midi = free.paths + [p for g in cont for p in g.paths]

@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--top-p", type=float)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-polyphony", type=int, help="at most this many notes sounding at once")
+    p.add_argument("--max-note-seconds", type=float,
+                   help="release any note that has sounded this long (no stuck notes from a young model)")
     p.add_argument("--unconstrained", action="store_true", help="no grammar mask (the decoder still repairs)")
     p.add_argument("--no-eos", action="store_true",
                    help="never end a piece early: every sample runs to --seconds / --max-tokens")
@@ -45,7 +47,7 @@ def run(a: argparse.Namespace) -> int:
                  max_tokens=a.max_tokens, seconds=a.seconds, temperature=a.temperature, top_k=a.top_k,
                  top_p=a.top_p, seed=a.seed, out=a.out, constrained=not a.unconstrained,
                  max_polyphony=a.max_polyphony, device=a.device, batch_size=a.batch_size, render=a.render,
-                 stop_at_eos=not a.no_eos)
+                 stop_at_eos=not a.no_eos, max_note_seconds=a.max_note_seconds)
     for path, s in zip(g.paths, g.stats):
         print(f"{path}  {s['tokens']} tokens, {s['notes']} notes, {s['seconds']:.1f} s, "
               f"{s['repairs']['repairs']} repairs")

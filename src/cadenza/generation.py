@@ -60,7 +60,7 @@ def generate(checkpoint: str | Path, primer: str | Path | None = None, primer_se
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0,
              out: str | Path | None = None, constrained: bool = True, max_polyphony: int | None = None,
              device: str = "auto", batch_size: int = 8, use_cache: bool = True, render: bool = False,
-             stop_at_eos: bool = True) -> Generation:
+             stop_at_eos: bool = True, max_note_seconds: float | None = None) -> Generation:
     """Sample `num_samples` pieces. Returns symusic scores, ids and statistics."""
     from cadenza.device import pick_device
 
@@ -78,7 +78,8 @@ def generate(checkpoint: str | Path, primer: str | Path | None = None, primer_se
         b = min(batch_size, num_samples - start)
         p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
         all_ids += generate_ids(model, p, max_tokens, tok, temperature, top_k, top_p, g, constrained,
-                                max_polyphony, use_cache, stop_at_eos=stop_at_eos, stop_seconds=seconds)
+                                max_polyphony, use_cache, stop_at_eos=stop_at_eos, stop_seconds=seconds,
+                                max_note_seconds=max_note_seconds)
     elapsed = time.time() - t0
     scores, stats = [], []
     for ids in all_ids:
@@ -92,7 +93,7 @@ def generate(checkpoint: str | Path, primer: str | Path | None = None, primer_se
                 "num_samples": num_samples, "max_tokens": max_tokens, "seconds": seconds,
                 "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
                 "constrained": constrained, "max_polyphony": max_polyphony, "use_cache": use_cache,
-                "stop_at_eos": stop_at_eos,
+                "stop_at_eos": stop_at_eos, "max_note_seconds": max_note_seconds,
                 "device": str(dev), "generation_seconds": elapsed,
                 "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
     result = Generation(scores, all_ids, stats, settings=settings)

@@ -7,7 +7,9 @@ For the performance vocabulary the state per sequence is the set of sounding pit
 * a note-off only for a pitch that sounds and has sounded for at least one time step (a note-off
   right after its own note-on would make a zero-length note);
 * time shifts and velocities are always allowed; PAD and BOS never; EOS only when nothing sounds
-  (so a piece can only end cleanly), and `close()` releases whatever still sounds at the end.
+  (so a piece can only end cleanly), and `close()` releases whatever still sounds at the end;
+* with `max_note_seconds`, a note that has sounded that long must be released next: an
+  under-trained model's usual failure is to forget a note-off and hold a note for a minute.
 
 Tokenizers without a grammar get `SpecialsOnly`, which only forbids PAD and BOS.
 """
@@ -42,11 +44,15 @@ class SpecialsOnly:
 
 
 class PerformanceGrammar(SpecialsOnly):
-    def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True):
+    def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True,
+                 max_note_seconds: float | None = None):
         super().__init__(tok, batch, device, allow_eos)
         self.sounding = torch.zeros(batch, 128, dtype=torch.bool, device=device)
         self.fresh = torch.zeros(batch, 128, dtype=torch.bool, device=device)  # on since the last shift
         self.max_polyphony = max_polyphony
+        self.max_steps = None if max_note_seconds is None else max(1, round(max_note_seconds * tok.steps_per_second))
+        self.clock = torch.zeros(batch, 1, dtype=torch.long, device=device)  # steps since the start
+        self.onset = torch.zeros(batch, 128, dtype=torch.long, device=device)
         self.on0, self.off0 = tok.note_on_offset, tok.note_off_offset
 
     def observe(self, ids: torch.Tensor) -> None:
@@ -60,6 +66,9 @@ class PerformanceGrammar(SpecialsOnly):
             is_shift = (x >= self.tok.shift_offset) & (x < self.tok.velocity_offset)
             self.sounding = (self.sounding | on) & ~off
             self.fresh = (self.fresh | on) & ~is_shift
+            if self.max_steps is not None:
+                self.onset = torch.where(on, self.clock, self.onset)
+                self.clock = self.clock + torch.where(is_shift, x - self.tok.shift_offset + 1, 0)
 
     def allowed(self) -> torch.Tensor:
         m = self.base.repeat(self.batch, 1)
@@ -70,6 +79,16 @@ class PerformanceGrammar(SpecialsOnly):
         m[:, self.on0:self.on0 + 128] = on
         m[:, self.off0:self.off0 + 128] = self.sounding & ~self.fresh
         m[:, self.tok.eos_id] = ~self.sounding.any(1) & self.allow_eos
+        if self.max_steps is not None:
+            left = torch.where(self.sounding, self.max_steps - (self.clock - self.onset), self.max_steps)
+            room = left.min(1, keepdim=True).values  # steps until the first note is due
+            k = torch.arange(1, self.tok.max_shift_steps + 1, device=m.device)
+            m[:, self.tok.shift_offset:self.tok.velocity_offset] &= k[None, :] <= room  # no overshoot
+            overdue = self.sounding & (left <= 0)
+            rows = overdue.any(1)
+            if bool(rows.any()):  # only the release of an overdue note may come next
+                m[rows] = False
+                m[:, self.off0:self.off0 + 128] |= overdue
         return m
 
     def close(self, seqs: list[list[int]]) -> list[list[int]]:
@@ -88,7 +107,7 @@ class PerformanceGrammar(SpecialsOnly):
 
 
 def grammar_for(tok: Tokenizer, batch: int, device, enabled: bool = True, max_polyphony: int | None = None,
-                allow_eos: bool = True):
+                allow_eos: bool = True, max_note_seconds: float | None = None):
     if enabled and tok.name == "performance":
-        return PerformanceGrammar(tok, batch, device, max_polyphony, allow_eos)
+        return PerformanceGrammar(tok, batch, device, max_polyphony, allow_eos, max_note_seconds)
     return SpecialsOnly(tok, batch, device, allow_eos)

@@ -81,7 +81,7 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, t
                  top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
                  constrained: bool = True, max_polyphony: int | None = None, use_cache: bool = True,
                  stop_at_eos: bool = True, slide: int | None = None,
-                 stop_seconds: float | None = None) -> list[list[int]]:
+                 stop_seconds: float | None = None, max_note_seconds: float | None = None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
 
     Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). With
@@ -93,7 +93,8 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, t
     b, t0 = prompts.shape
     device = prompts.device
     # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
-    grammar = grammar_for(tokenizer, b, device, constrained, max_polyphony, allow_eos=stop_at_eos)
+    grammar = grammar_for(tokenizer, b, device, constrained, max_polyphony, allow_eos=stop_at_eos,
+                          max_note_seconds=max_note_seconds)
     grammar.observe(prompts)
     window = _Window(model, b, use_cache, slide if slide is not None else model.config.context // 4)
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.

@@ -338,7 +338,9 @@ def _progress(enabled: bool, start: int, total: int):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=start, unit="step", desc="train", file=sys.stderr, dynamic_ncols=True)
+    # In a log file (no terminal) one line every 30 s, not one per step.
+    return tqdm(total=total, initial=start, unit="step", desc="train", file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.1 if sys.stderr.isatty() else 30)
 
 
 def _log_scalars(writer, rec: dict, step: int, device) -> None:
