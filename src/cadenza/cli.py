@@ -80,19 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands():
-    """Subcommands that live beside their library module (train, generate, ...), when present."""
-    import importlib
+    """Subcommands that live beside their library module (train, generate, ...)."""
+    from cadenza import doctor, evaluate_cli, generate_cli, render, train_cli
+    from cadenza.bench import cli as bench_cli
 
-    regs = []
-    for mod in ("train_cli", "generate_cli", "render", "evaluate_cli", "bench.cli", "doctor"):
-        try:
-            m = importlib.import_module(f"cadenza.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("cadenza"):
-                continue
-            raise
-        regs.append(m.register)
-    return regs
+    return [train_cli.register, generate_cli.register, render.register, evaluate_cli.register,
+            bench_cli.register, doctor.register]
 
 
 def main(argv: list[str] | None = None) -> int:

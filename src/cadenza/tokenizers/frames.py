@@ -23,24 +23,15 @@ playback: `decode_roll` is the exact inverse of `encode_roll`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from cadenza.midi import Notes, notes_to_score, read_notes, score_to_notes
-from cadenza.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
+from cadenza.tokenizers.base import Encoded, TokenizerError
+from cadenza.tokenizers.grid import GridDecodeReport, PitchGridTokenizer
 
 PLAYBACK_VELOCITY = 80  # rolls carry no dynamics; a mezzo-forte default for listening
-
-
-@dataclass
-class GridDecodeReport(DecodeReport):
-    """A `DecodeReport` whose `repairs` also counts the grid-specific repairs kept in `extra`."""
-
-    @property
-    def repairs(self) -> int:
-        return super().repairs + sum(self.extra.values())
 
 
 def _runs(active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -55,7 +46,7 @@ def _runs(active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return col, start, stop
 
 
-class FrameTokenizer(Tokenizer):
+class FrameTokenizer(PitchGridTokenizer):
     """Piano-roll frames <-> ids: active keys ascending, then FRAME_END (n_keys + 4 ids).
 
     >>> tok = FrameTokenizer()
@@ -68,34 +59,17 @@ class FrameTokenizer(Tokenizer):
 
     name = "frames"
 
+    marker = "FRAME_END"
+    pitch_prefix = "KEY"
+
     def __init__(self, low: int = 21, n_keys: int = 88, frame_seconds: float = 0.5):
-        if not (0 <= low and n_keys >= 1 and low + n_keys <= 128):
-            raise TokenizerError(f"keys low={low}, n_keys={n_keys} must lie within MIDI 0..127")
-        if not frame_seconds > 0:
-            raise TokenizerError(f"frame_seconds must be positive, got {frame_seconds}")
-        self.low = int(low)
-        self.n_keys = int(n_keys)
+        self._vocabulary(low, n_keys, frame_seconds, "keys")
+        self.n_keys = self.n
+        self.frame_end_id = self.marker_id
         self.frame_seconds = float(frame_seconds)
-        self.frame_end_id = self.n_keys
-        self.pad_id = self.n_keys + 1
-        self.bos_id = self.n_keys + 2
-        self.eos_id = self.n_keys + 3
-        self.vocab_size = self.n_keys + 4
 
     def params(self) -> dict[str, Any]:
         return {"low": self.low, "n_keys": self.n_keys, "frame_seconds": self.frame_seconds}
-
-    @property
-    def pitch_bounds(self) -> tuple[int, int]:
-        """Lowest and highest MIDI pitch the vocabulary can hold (transposition must stay inside)."""
-        return self.low, self.low + self.n_keys - 1
-
-    def token_name(self, i: int) -> str:
-        i = int(i)
-        if 0 <= i < self.n_keys:
-            return f"KEY_{self.low + i}"
-        return {self.frame_end_id: "FRAME_END", self.pad_id: "PAD", self.bos_id: "BOS",
-                self.eos_id: "EOS"}.get(i, f"<{i}>")
 
     def frame_ends(self, ids) -> np.ndarray:
         """Boolean mask of the FRAME_END tokens in ids."""
@@ -211,25 +185,3 @@ class FrameTokenizer(Tokenizer):
         """Decode ids into a one-track symusic Score (frames of `frame_seconds`) and a report."""
         roll, report = self.decode_roll_report(ids)
         return notes_to_score(self.roll_to_notes(roll).by_time()), report
-
-    # ---- augmentation -------------------------------------------------------------------------
-    def pitch_range(self, ids: np.ndarray) -> tuple[int, int] | None:
-        ids = np.asarray(ids)
-        keys = ids[(ids >= 0) & (ids < self.n_keys)]
-        return (int(keys.min()) + self.low, int(keys.max()) + self.low) if keys.size else None
-
-    def transpose(self, ids: np.ndarray, semitones: int) -> np.ndarray:
-        """Shift every key token by `semitones`; FRAME_END and specials are untouched.
-
-        Shifting keeps each frame ascending, so a canonical sequence stays canonical.
-        """
-        ids = np.asarray(ids).astype(np.int64)
-        if semitones == 0:
-            return ids
-        rng = self.pitch_range(ids)
-        lo, hi = self.pitch_bounds
-        if rng and (rng[0] + semitones < lo or rng[1] + semitones > hi):
-            raise TokenizerError(f"transposing pitches {rng} by {semitones} leaves the keys {lo}..{hi}")
-        out = ids.copy()
-        out[(ids >= 0) & (ids < self.n_keys)] += semitones
-        return out

@@ -30,14 +30,15 @@ from typing import Any
 import numpy as np
 
 from cadenza.midi import Notes, notes_to_score
-from cadenza.tokenizers.base import Encoded, Tokenizer, TokenizerError
-from cadenza.tokenizers.frames import PLAYBACK_VELOCITY, GridDecodeReport
+from cadenza.tokenizers.base import Encoded, TokenizerError
+from cadenza.tokenizers.frames import PLAYBACK_VELOCITY
+from cadenza.tokenizers.grid import GridDecodeReport, PitchGridTokenizer
 
 VOICES = ("soprano", "alto", "tenor", "bass")
 N_VOICES = len(VOICES)
 
 
-class SATBTokenizer(Tokenizer):
+class SATBTokenizer(PitchGridTokenizer):
     """(T, 4) S/A/T/B pitch grids with NaN rests <-> ids, voice-interleaved per 16th step.
 
     >>> tok = SATBTokenizer()
@@ -48,34 +49,17 @@ class SATBTokenizer(Tokenizer):
     name = "satb"
     tokens_per_step = 4  # training windows start on a soprano token (see dataset.WindowDataset)
 
+    marker = "REST"
+    pitch_prefix = "PITCH"
+
     def __init__(self, low: int = 0, n_pitches: int = 128, step_seconds: float = 0.125):
-        if not (0 <= low and n_pitches >= 1 and low + n_pitches <= 128):
-            raise TokenizerError(f"pitches low={low}, n_pitches={n_pitches} must lie within MIDI 0..127")
-        if not step_seconds > 0:
-            raise TokenizerError(f"step_seconds must be positive, got {step_seconds}")
-        self.low = int(low)
-        self.n_pitches = int(n_pitches)
+        self._vocabulary(low, n_pitches, step_seconds, "pitches")
+        self.n_pitches = self.n
+        self.rest_id = self.marker_id
         self.step_seconds = float(step_seconds)
-        self.rest_id = self.n_pitches
-        self.pad_id = self.n_pitches + 1
-        self.bos_id = self.n_pitches + 2
-        self.eos_id = self.n_pitches + 3
-        self.vocab_size = self.n_pitches + 4
 
     def params(self) -> dict[str, Any]:
         return {"low": self.low, "n_pitches": self.n_pitches, "step_seconds": self.step_seconds}
-
-    @property
-    def pitch_bounds(self) -> tuple[int, int]:
-        """Lowest and highest MIDI pitch the vocabulary can hold (transposition must stay inside)."""
-        return self.low, self.low + self.n_pitches - 1
-
-    def token_name(self, i: int) -> str:
-        i = int(i)
-        if 0 <= i < self.n_pitches:
-            return f"PITCH_{self.low + i}"
-        return {self.rest_id: "REST", self.pad_id: "PAD", self.bos_id: "BOS",
-                self.eos_id: "EOS"}.get(i, f"<{i}>")
 
     # ---- encoding -----------------------------------------------------------------------------
     def encode_grid(self, grid) -> np.ndarray:
@@ -146,25 +130,6 @@ class SATBTokenizer(Tokenizer):
         for part in parts[1:]:
             score.tracks.append(part.tracks[0])
         return score, report
-
-    # ---- augmentation -------------------------------------------------------------------------
-    def pitch_range(self, ids: np.ndarray) -> tuple[int, int] | None:
-        ids = np.asarray(ids)
-        p = ids[(ids >= 0) & (ids < self.n_pitches)]
-        return (int(p.min()) + self.low, int(p.max()) + self.low) if p.size else None
-
-    def transpose(self, ids: np.ndarray, semitones: int) -> np.ndarray:
-        """Shift every pitch token by `semitones`; REST and specials are untouched."""
-        ids = np.asarray(ids).astype(np.int64)
-        if semitones == 0:
-            return ids
-        rng = self.pitch_range(ids)
-        lo, hi = self.pitch_bounds
-        if rng and (rng[0] + semitones < lo or rng[1] + semitones > hi):
-            raise TokenizerError(f"transposing pitches {rng} by {semitones} leaves the range {lo}..{hi}")
-        out = ids.copy()
-        out[(ids >= 0) & (ids < self.n_pitches)] += semitones
-        return out
 
 
 def _note_runs(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
