@@ -66,7 +66,19 @@ def contestants(new_tokens: int, attention: list[str]):
         out[f"cadenza {att}, no grammar"] = lambda b, run=run: run(b, constrained=False)
     m = cadenza_model(attention[0])
     out[f"full recompute ({attention[0]})"] = lambda b: contestants_full(m, tok, b, new_tokens)
+    out["floor: the weight matmuls alone"] = lambda b: matmul_floor(m, b, new_tokens)
     return out
+
+
+@torch.inference_mode()
+def matmul_floor(model, b: int, n: int) -> None:
+    """Only the matrix products every decoder of this size must do per token (no attention, no
+    sampling, no Python model code): an upper bound on tokens/s for any eager implementation."""
+    weights = [mod.weight for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    x = {w.shape[1]: torch.randn(b, w.shape[1]) for w in weights}
+    for _ in range(n):
+        for w in weights:
+            torch.nn.functional.linear(x[w.shape[1]], w)
 
 
 def contestants_full(m, tok, b, n):
