@@ -356,3 +356,22 @@ def test_tokenizers_rebuild_from_their_dict(tok):
     assert again.same_as(config)
     names = [tok.token_name(i) for i in range(tok.vocab_size)]
     assert len(set(names)) == tok.vocab_size and names[-3:] == ["PAD", "BOS", "EOS"]
+
+
+def test_satb_training_windows_start_on_a_soprano_token(tmp_path):
+    from cadenza.dataset import WindowDataset
+    from cadenza.store import StoreWriter, TokenStore
+
+    tok = SATBTokenizer()
+    rng = np.random.default_rng(0)
+    grid = rng.integers(40, 80, size=(200, 4)).astype(float)
+    ids = tok.encode_grid(grid)
+    w = StoreWriter(tmp_path / "s", tok)
+    w.add(ids, source="g", sha256="1" * 64, split="train")
+    w.close([], 0.0, 0.0)
+    ds = WindowDataset(TokenStore(tmp_path / "s"), context=33, seed=2)
+    view = np.concatenate([[tok.bos_id], ids, [tok.eos_id]])
+    for i in range(40):
+        window = ds[i].numpy()
+        starts = [s for s in range(len(view) - 33) if np.array_equal(view[s:s + 34], window)]
+        assert starts and (starts[0] == 0 or (starts[0] - 1) % 4 == 0)

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, RuntimeError, KeyError) as e:
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
         if getattr(args, "debug", False):
             raise
         print(f"cadenza {args.command}: error: {e}", file=sys.stderr)

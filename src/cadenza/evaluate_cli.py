@@ -41,7 +41,7 @@ def nll_report(checkpoint, data, split="test", stride=None, device="auto") -> di
     if store.manifest["tokenizer"]["name"] != meta["tokenizer"]["name"] or \
             store.manifest["tokenizer"]["params"] != meta["tokenizer"]["params"]:
         raise ValueError(f"{data} was tokenized differently from the checkpoint's training data")
-    r = token_nll(model, store, split, stride=stride, device=dev)
+    r = token_nll(model, store, split, stride=stride, device=dev, progress=True)
     out = r.as_dict()
     out.update({"checkpoint": meta["path"], "step": meta["step"], "unigram_nll": store.unigram_nll(split)})
     return out
