@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from cadenza.config import ModelConfig
-from cadenza.models.transformer import IGNORE_INDEX
+from cadenza.models.transformer import next_token_loss
 
 
 class LSTMState:
@@ -50,11 +49,7 @@ class MusicLSTM(nn.Module):
         else:
             y, _ = self.lstm(x)
         logits = self.head(self.drop(y))
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
-        return logits, loss
+        return logits, next_token_loss(logits, targets)
 
     def flops_per_token(self, seq_len: int) -> float:
         return 6 * sum(p.numel() for p in self.parameters() if p is not self.tok_emb.weight)

@@ -15,6 +15,13 @@ from cadenza.models.attention import CausalSelfAttention, Dropout, KVCache
 IGNORE_INDEX = -100
 
 
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
+    """Mean cross-entropy over the targets that are not IGNORE_INDEX (padding), in fp32."""
+    if targets is None:
+        return None
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -93,11 +100,7 @@ class MusicTransformer(nn.Module):
         if cache is not None:
             cache.pos += t
         logits = self.head(self.ln_f(x))
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
-        return logits, loss
+        return logits, next_token_loss(logits, targets)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM appendix / nanoGPT."""
