@@ -375,3 +375,12 @@ def test_satb_training_windows_start_on_a_soprano_token(tmp_path):
         window = ds[i].numpy()
         starts = [s for s in range(len(view) - 33) if np.array_equal(view[s:s + 34], window)]
         assert starts and (starts[0] == 0 or (starts[0] - 1) % 4 == 0)
+
+
+def test_hardware_records_the_thread_count():
+    # Wall times in docs/benchmarks.md are only comparable when the thread count is known.
+    import torch
+
+    from cadenza.bench.cli import _hardware
+
+    assert _hardware("cpu").endswith(f"{torch.get_num_threads()} torch threads")

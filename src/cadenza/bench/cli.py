@@ -122,7 +122,9 @@ def _hardware(dev: str) -> str:
 
     if dev.startswith("cuda"):
         return torch.cuda.get_device_name(0)
-    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores"
+    # Two runs sharing a machine each get fewer threads, and the wall time depends on it.
+    return (f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, "
+            f"{torch.get_num_threads()} torch threads")
 
 
 def load_results(paths) -> list[dict]:
