@@ -384,3 +384,14 @@ def test_hardware_records_the_thread_count():
     from cadenza.bench.cli import _hardware
 
     assert _hardware("cpu").endswith(f"{torch.get_num_threads()} torch threads")
+
+
+def test_bench_takes_overrides_written_after_the_options():
+    # `bench polyphonic` has a positional before the key=value list, which argparse alone rejects.
+    from cadenza.cli import parse_args
+
+    a = parse_args(["bench", "polyphonic", "--dataset", "jsb", "--data", "x.mat", "--out", "r", "--quiet",
+                    "batch_size=2", "lr=1e-4"])
+    assert a.overrides == ["batch_size=2", "lr=1e-4"] and a.quiet and a.out == "r"
+    with pytest.raises(SystemExit):
+        parse_args(["bench", "polyphonic", "--data", "x.mat", "--no-such-flag"])

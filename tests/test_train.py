@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from cadenza import checkpoint as ckpt
-from cadenza.config import resolve
+from cadenza.config import presets, resolve
 from cadenza.ingest import prepare
+from cadenza.models import build_model, count_parameters
 from cadenza.trainer import NonFiniteLoss, train
 
 SMALL = ["context=64", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64", "batch_size=4", "warmup_steps=2",
@@ -175,3 +176,14 @@ def test_torchrun_two_processes_on_cpu(store, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     meta = ckpt.read_meta(ckpt.latest_checkpoint(tmp_path / "r"))
     assert meta["step"] == 4 and meta["world_size"] == 2
+
+
+@pytest.mark.parametrize("name", presets())
+def test_every_shipped_preset_resolves_and_builds(name):
+    # A recipe named in the docs (e.g. the GPU benchmark ones, not run on this CPU machine) must at
+    # least load, validate and build; the meta device skips allocating the weights.
+    c = resolve(name)
+    with torch.device("meta"):
+        model = build_model(c.model)
+    assert count_parameters(model) > 0
+    assert c.train.max_steps > 0 and c.train.batch_size > 0

@@ -88,11 +88,23 @@ def _extra_commands():
             bench_cli.register, doctor.register]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # argparse fills a `key=value ...` positional list at the first positional it meets (`bench
+    # polyphonic`), so overrides written after the options come back unparsed; take them here.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all("=" in x and not x.startswith("-") for x in extra):
+            args.overrides = [*args.overrides, *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        build_parser().print_help()
         return 0
     try:
         return int(args.func(args) or 0)

@@ -28,7 +28,8 @@ def register(sub) -> None:
     p.add_argument("--data", required=True, help="the benchmark's .mat / .npz file")
     p.add_argument("--out", help="run folder (its store, checkpoints and bench.json)")
     p.add_argument("--evaluate", metavar="RUN", help="score RUN's best checkpoint on the test split; no training")
-    p.add_argument("--preset", default=None, help="default: the benchmark's CPU recipe (bench-<dataset>)")
+    p.add_argument("--preset", default=None, help="default: the benchmark's 2-core CPU recipe (bench-<dataset>); "
+                   "bench-gpu (piano rolls) and bench-jsb16-gpu are the one-GPU recipes")
     p.add_argument("--config", default=None)
     p.add_argument("--max-minutes", type=float, default=None)
     p.add_argument("--max-steps", type=int, default=None)
