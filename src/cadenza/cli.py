@@ -88,8 +88,8 @@ def _extra_commands():
             bench_cli.register, doctor.register]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = build_parser()
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    parser = parser or build_parser()
     # argparse fills a `key=value ...` positional list at the first positional it meets (`bench
     # polyphonic`), so overrides written after the options come back unparsed; take them here.
     args, extra = parser.parse_known_args(argv)
@@ -102,9 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parse_args(argv, parser)
     if not getattr(args, "func", None):
-        build_parser().print_help()
+        parser.print_help()
         return 0
     try:
         return int(args.func(args) or 0)
