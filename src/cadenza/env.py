@@ -59,6 +59,30 @@ def command_line() -> str:
     return shlex.join([prog, *sys.argv[1:]])
 
 
+# Instruction-set extensions that change which kernels PyTorch runs (and so speed and, for bf16,
+# whether a path works at all); recorded with every benchmark.
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+             "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+
+
+@lru_cache(maxsize=None)
+def cpu_info() -> dict:
+    """The CPU model and its instruction-set flags (Linux /proc/cpuinfo; platform elsewhere)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "Model") and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model, "machine": platform.machine(), "cores": os.cpu_count(),
+            "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
 def environment_summary() -> dict:
     """A short, JSON-able description of the machine and software a run used."""
     info = {

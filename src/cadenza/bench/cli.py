@@ -74,6 +74,7 @@ def run(a: argparse.Namespace) -> int:
         train_info = {"steps": res.step, "stopped_by": res.stopped_by, "train_minutes": (time.time() - t0) / 60}
     result = score(run_dir, store, mod, key)
     result.update(train_info)
+    result.update(evidence(run_dir))
     result["command"] = " ".join(["cadenza", *sys.argv[1:]])
     from cadenza.atomic import write_json
 
@@ -108,6 +109,30 @@ def score(run_dir: Path, store, mod, key: str, device: str = "cpu") -> dict:
         out[split] = s.nll
         out[f"{split}_token_nll"] = nll.nll
     return out
+
+
+def evidence(run_dir: Path) -> dict:
+    """What a reader needs to trust and re-run a result: the validation curve the checkpoint was
+    selected on, the code commit, the CPU with its instruction-set flags, threads and versions."""
+    import torch
+
+    from cadenza.env import cpu_info, git_commit, library_versions
+
+    curve = []
+    log = run_dir / "metrics.jsonl"
+    if log.exists():
+        for line in log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+            if "valid_loss" in rec:
+                curve.append([rec["step"], round(rec["valid_loss"], 5)])
+    run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    env = run.get("environment", {})
+    return {"valid_curve": curve, "code_commit": env.get("git_commit") or git_commit(),
+            "cpu": cpu_info(), "torch_threads": torch.get_num_threads(),
+            "versions": library_versions(("cadenza", "torch", "numpy"))}
 
 
 def _describe(m: dict) -> str:
