@@ -22,7 +22,7 @@ SIZE = dict(vocab_size=391, d_model=256, n_layers=4, n_heads=4, d_ff=1024, conte
 
 
 def cadenza_model(attention: str):
-    from cadenza.config import ModelConfig
+    from cadenza.models.config import ModelConfig
     from cadenza.models import build_model
 
     torch.manual_seed(0)
@@ -40,8 +40,8 @@ def hf_model():
 
 
 def contestants(new_tokens: int, attention: list[str]):
-    from cadenza.sample import generate_ids
-    from cadenza.tokenizers import PerformanceTokenizer
+    from cadenza.generation.sampler import generate_ids
+    from cadenza.data.tokenizers import PerformanceTokenizer
 
     tok = PerformanceTokenizer()
     hf = hf_model()
@@ -82,7 +82,7 @@ def matmul_floor(model, b: int, n: int) -> None:
 
 
 def contestants_full(m, tok, b, n):
-    from cadenza.sample import generate_ids
+    from cadenza.generation.sampler import generate_ids
 
     g = torch.Generator().manual_seed(0)
     generate_ids(m, torch.full((b, 1), tok.bos_id), n, tok, generator=g, constrained=False, use_cache=False,

@@ -35,14 +35,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
 
-    from cadenza.ingest import collect_midi_files
-    from cadenza.tokenizers import PerformanceTokenizer
+    from cadenza.data.prepare import collect_midi_files
+    from cadenza.data.tokenizers import PerformanceTokenizer
 
     if a.inputs:
         files = collect_midi_files(a.inputs)
         label = ", ".join(a.inputs)
     else:
-        from cadenza.corpus import materialize
+        from cadenza.data.corpora import materialize
 
         files = materialize("bach").midi
         label = "Bach chorales (music21 corpus)"

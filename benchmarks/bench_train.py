@@ -38,7 +38,7 @@ def matmul_peak(dtype, n: int = 1024, reps: int = 20) -> float:
 
 
 def cadenza_model(model: str, attention: str, context: int = 512):
-    from cadenza.config import ModelConfig
+    from cadenza.models.config import ModelConfig
     from cadenza.models import build_model
 
     return build_model(ModelConfig(model=model, attention=attention, **{**SIZE, "context": context}))

@@ -38,8 +38,8 @@ def sync(device) -> None:
 
 
 def run_case(name, preset, device, precision, overrides=(), steps=10, batch=None, kernel=None, ckpt=False):
-    from cadenza.config import resolve
-    from cadenza.device import autocast
+    from cadenza.training.config import resolve
+    from cadenza.env.device import autocast
     from cadenza.models import build_model
 
     cfg = resolve(preset, None, list(overrides))

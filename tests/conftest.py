@@ -74,7 +74,7 @@ def midi_folder(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tokenizer():
-    from cadenza.tokenizers import PerformanceTokenizer
+    from cadenza.data.tokenizers import PerformanceTokenizer
 
     return PerformanceTokenizer()
 

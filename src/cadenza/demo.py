@@ -17,15 +17,15 @@ def _say(msg: str) -> None:
 
 
 def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int = 0) -> int:
-    from cadenza.config import resolve
-    from cadenza.corpus import materialize
-    from cadenza.evaluate_cli import reference_notes
-    from cadenza.generation import generate
-    from cadenza.metrics import RunFinder, compare_sets
-    from cadenza.ingest import prepare
-    from cadenza.render import render_file
-    from cadenza.store import StoreError, TokenStore
-    from cadenza.trainer import train
+    from cadenza.data.prepare import prepare
+    from cadenza.data.store import StoreError, TokenStore
+    from cadenza.evaluation.memorisation import RunFinder
+    from cadenza.evaluation.metrics import compare_sets
+    from cadenza.evaluation.report import reference_notes
+    from cadenza.generation.generate import generate
+    from cadenza.listen.render import render_file
+    from cadenza.training.config import resolve
+    from cadenza.training.trainer import train
 
     t0 = time.time()
     out = Path(out)
@@ -36,8 +36,7 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
         store = TokenStore(data)
         print(f"using the existing store in {data}")
     except StoreError:
-        cf = materialize("bach")
-        res = prepare([cf.folder], data, pre_skipped=cf.failures, extra_manifest={"corpus": "bach"})
+        res = prepare(out=data, corpus="bach")
         store = res.store
         print(res.summary())
 
@@ -63,7 +62,7 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
     rendered = [render_file(p, wav=True, png=True) for p in midi]
 
     _say("5/5 evaluate")
-    from cadenza.midi import read_notes
+    from cadenza.data.midi import read_notes
 
     gen_notes = [read_notes(p)[0] for p in midi]
     metrics = compare_sets(gen_notes, reference_notes(store, "train"),

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cadenza.bench.polyphonic import BenchDataError, BenchScore, aligned_nll, file_sha256
-from cadenza.store import SPLITS, StoreWriter, TokenStore
-from cadenza.tokenizers.satb import N_VOICES, SATBTokenizer
+from cadenza.bench.scoring import BenchDataError, BenchScore, aligned_nll, file_sha256, score_pieces
+from cadenza.data.store import SPLITS, StoreWriter, TokenStore
+from cadenza.data.tokenizers.satb import N_VOICES, SATBTokenizer
 
 FILENAME = "Jsb16thSeparated.npz"
 OFFICIAL_SPLITS = (229, 76, 77)  # (train, valid, test) chorales
@@ -115,18 +115,8 @@ def per_token_nll(token_nll, ids, tokenizer: SATBTokenizer, label: str = "piece"
 
 def score_split(store: TokenStore, token_nlls: Sequence, split: str = "test") -> BenchScore:
     """Mean NLL per grid token of a split: `token_nlls[j]` for the split's j-th piece (store order)."""
-    pieces = store.split(split)
-    tok = store.tokenizer
-    if not isinstance(tok, SATBTokenizer):
-        raise ValueError(f"{store.path}: store uses tokenizer {tok.name!r}, not 'satb'")
-    if len(token_nlls) != len(pieces):
-        raise ValueError(f"{store.path}: {len(token_nlls)} NLL arrays for {len(pieces)} {split} pieces")
-    total, tokens = 0.0, 0
-    for piece, nll in zip(pieces, token_nlls):
-        t, n = per_token_nll(nll, np.asarray(store[piece.index], np.int64), tok, label=piece.source)
-        total += t
-        tokens += n
-    return BenchScore(total / max(tokens, 1), total, tokens, len(pieces), "token")
+    return score_pieces(store, token_nlls, split, SATBTokenizer,
+                        lambda nll, ids, tok, label, meta: per_token_nll(nll, ids, tok, label), "token")
 
 
 def format_table(rows: Sequence[Mapping[str, Any]] = ()) -> str:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cadenza.store import SPLITS, StoreWriter, TokenStore
-from cadenza.tokenizers.frames import FrameTokenizer
+from cadenza.bench.scoring import BenchDataError, BenchScore, aligned_nll, file_sha256, score_pieces
+from cadenza.data.store import SPLITS, StoreWriter, TokenStore
+from cadenza.data.tokenizers.frames import FrameTokenizer
 
 DATASETS = {"jsb": "JSB_Chorales.mat", "nottingham": "Nottingham.mat", "musedata": "MuseData.mat",
             "piano": "Piano_midi.mat"}
@@ -43,24 +43,6 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "per-key frequency (trivial baseline)": {"jsb": 11.06, "nottingham": 10.25, "musedata": 11.51,
                                              "piano": 11.05},
 }
-
-
-class BenchDataError(ValueError):
-    """A benchmark data file that is missing or not in the expected form; the message names it."""
-
-
-@dataclass
-class BenchScore:
-    """A split's score: `nll` = `total_nll` / `units` (frames or tokens), in nats."""
-
-    nll: float
-    total_nll: float
-    units: int
-    pieces: int
-    unit: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def dataset_key(path: str | os.PathLike) -> str:
@@ -104,10 +86,6 @@ def roll_sha256(roll: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(roll, dtype=np.uint8).tobytes()).hexdigest()
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def build_store(mat_path: str | os.PathLike, out_dir: str | os.PathLike,
                 frame_seconds: float | None = None) -> TokenStore:
     """Write every sequence of a benchmark .mat file as one piece of a token store, keeping its split.
@@ -139,17 +117,6 @@ def build_store(mat_path: str | os.PathLike, out_dir: str | os.PathLike,
 
 
 # ---- scoring ---------------------------------------------------------------------------------
-def aligned_nll(token_nll, ids: np.ndarray, label: str = "piece") -> np.ndarray:
-    """The NLLs of ids[0], ..., ids[-1] (float64): token_nll holds those, optionally then the EOS's."""
-    nll = np.asarray(token_nll, dtype=np.float64).ravel()
-    if nll.size == ids.size + 1:
-        return nll[:-1]  # the EOS: the benchmarks score the notes, not where the piece stops
-    if nll.size != ids.size:
-        raise ValueError(f"{label}: {nll.size} token NLLs for {ids.size} ids; expected {ids.size} "
-                         f"(ids only) or {ids.size + 1} (ids then EOS)")
-    return nll
-
-
 def frame_nll(token_nll, ids, tokenizer: FrameTokenizer, label: str = "piece") -> tuple[float, int]:
     """(total NLL of the piece's frames, number of frames) from per-token NLLs.
 
@@ -171,24 +138,16 @@ def frame_nll(token_nll, ids, tokenizer: FrameTokenizer, label: str = "piece") -
 def score_split(store: TokenStore, token_nlls: Sequence, split: str = "test") -> BenchScore:
     """Frame-level NLL of a split: `token_nlls[j]` are the token NLLs of the split's j-th piece.
 
-    Pieces are in store order (`store.split(split)`), each aligned as in `frame_nll`.
+    Pieces are in store order (`store.split(split)`), each aligned as in `frame_nll`; each piece's
+    frame count is checked against the manifest.
     """
-    pieces = store.split(split)
-    tok = store.tokenizer
-    if not isinstance(tok, FrameTokenizer):
-        raise ValueError(f"{store.path}: store uses tokenizer {tok.name!r}, not 'frames'")
-    if len(token_nlls) != len(pieces):
-        raise ValueError(f"{store.path}: {len(token_nlls)} NLL arrays for {len(pieces)} {split} pieces")
-    total, frames = 0.0, 0
-    for piece, nll in zip(pieces, token_nlls):
-        t, n = frame_nll(nll, np.asarray(store[piece.index], np.int64), tok, label=piece.source)
-        expected = store.manifest["pieces"][piece.index].get("frames", n)
-        if n != expected:
-            raise ValueError(f"{store.path}: {piece.source} has {n} frames in its tokens, "
-                             f"{expected} in the manifest")
-        total += t
-        frames += n
-    return BenchScore(total / max(frames, 1), total, frames, len(pieces), "frame")
+    def piece(nll, ids, tok, label, meta):
+        t, n = frame_nll(nll, ids, tok, label)
+        if n != meta.get("frames", n):
+            raise ValueError(f"{store.path}: {label} has {n} frames in its tokens, {meta['frames']} in the manifest")
+        return t, n
+
+    return score_pieces(store, token_nlls, split, FrameTokenizer, piece, "frame")
 
 
 # ---- the trivial baseline --------------------------------------------------------------------

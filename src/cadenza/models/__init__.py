@@ -5,12 +5,12 @@ Both share one interface: ``logits, loss = model(ids, targets)`` for training, a
 decoding (a static KV cache for the transformer, carried (h, c) state for the LSTM).
 """
 
-from cadenza.config import ModelConfig
 from cadenza.models.attention import KVCache
+from cadenza.models.config import ModelConfig
 from cadenza.models.lstm import LSTMState, MusicLSTM
 from cadenza.models.transformer import MusicTransformer
 
-__all__ = ["KVCache", "LSTMState", "MusicLSTM", "MusicTransformer", "build_model", "count_parameters"]
+__all__ = ["KVCache", "LSTMState", "ModelConfig", "MusicLSTM", "MusicTransformer", "build_model", "count_parameters"]
 
 
 def build_model(cfg: ModelConfig):

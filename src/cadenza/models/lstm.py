@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cadenza.config import ModelConfig
-from cadenza.models.transformer import next_token_loss
+from cadenza.models.config import ModelConfig
+from cadenza.models.loss import next_token_loss
 
 
 class LSTMState:

@@ -9,17 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cadenza.config import ModelConfig
 from cadenza.models.attention import CausalSelfAttention, Dropout, KVCache
-
-IGNORE_INDEX = -100
-
-
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
-    """Mean cross-entropy over the targets that are not IGNORE_INDEX (padding), in fp32."""
-    if targets is None:
-        return None
-    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+from cadenza.models.config import ModelConfig
+from cadenza.models.loss import next_token_loss
 
 
 class MLP(nn.Module):

@@ -1,0 +1,66 @@
+"""What every published benchmark shares: its data errors, its score, and per-piece NLL alignment."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from cadenza.data.store import TokenStore
+
+
+class BenchDataError(ValueError):
+    """A benchmark data file that is missing or not in the expected form; the message names it."""
+
+
+@dataclass
+class BenchScore:
+    """A split's score: `nll` = `total_nll` / `units` (frames or tokens), in nats."""
+
+    nll: float
+    total_nll: float
+    units: int
+    pieces: int
+    unit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def aligned_nll(token_nll, ids: np.ndarray, label: str = "piece") -> np.ndarray:
+    """The NLLs of ids[0], ..., ids[-1] (float64): token_nll holds those, optionally then the EOS's."""
+    nll = np.asarray(token_nll, dtype=np.float64).ravel()
+    if nll.size == ids.size + 1:
+        return nll[:-1]  # the EOS: the benchmarks score the notes, not where the piece stops
+    if nll.size != ids.size:
+        raise ValueError(f"{label}: {nll.size} token NLLs for {ids.size} ids; expected {ids.size} "
+                         f"(ids only) or {ids.size + 1} (ids then EOS)")
+    return nll
+
+
+def score_pieces(store: TokenStore, token_nlls: Sequence, split: str, tokenizer_type: type,
+                 piece_score: Callable[..., tuple[float, int]], unit: str) -> BenchScore:
+    """A split's score from per-piece token NLLs (`token_nlls[j]` for the split's j-th piece, in
+    store order): `piece_score(nll, ids, tokenizer, label, manifest_entry)` gives each piece's
+    (total NLL, units); the score is their total over their units."""
+    pieces = store.split(split)
+    tok = store.tokenizer
+    if not isinstance(tok, tokenizer_type):
+        raise ValueError(f"{store.path}: store uses tokenizer {tok.name!r}, not {tokenizer_type.name!r}")
+    if len(token_nlls) != len(pieces):
+        raise ValueError(f"{store.path}: {len(token_nlls)} NLL arrays for {len(pieces)} {split} pieces")
+    total, units = 0.0, 0
+    for piece, nll in zip(pieces, token_nlls):
+        t, n = piece_score(nll, np.asarray(store[piece.index], np.int64), tok, piece.source,
+                           store.manifest["pieces"][piece.index])
+        total += t
+        units += n
+    return BenchScore(total / max(units, 1), total, units, len(pieces), unit)

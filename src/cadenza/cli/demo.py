@@ -1,0 +1,20 @@
+"""`cadenza demo`: the whole pipeline on the Bach chorales, offline."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("demo", help="the whole pipeline on the Bach chorales, offline")
+    s.add_argument("--out", default="runs/demo", help="folder for everything the demo writes")
+    s.add_argument("--minutes", type=float, default=4.0, help="training time budget")
+    s.set_defaults(func=run)
+    return s
+
+
+def run(a: argparse.Namespace) -> int:
+    from cadenza.demo import run_demo
+
+    return run_demo(out=Path(a.out), minutes=a.minutes)

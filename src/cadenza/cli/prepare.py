@@ -1,0 +1,31 @@
+"""`cadenza prepare`: MIDI files/folders or a built-in corpus -> a token store."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("prepare", help="tokenize MIDI files (or a built-in corpus) into a token store",
+                       description="Tokenize MIDI files, folders (searched recursively) or a built-in corpus "
+                                   "into a memory-mapped token store. Bad files are skipped and listed.")
+    s.add_argument("inputs", nargs="*", help="MIDI files or folders")
+    s.add_argument("--corpus", help="a built-in corpus instead of files (see `cadenza corpora`)")
+    s.add_argument("--out", required=True, help="store folder to write")
+    s.add_argument("--tokenizer", default="performance",
+                   help="performance (default, 388 events) or miditok:REMI, miditok:TSD, ...")
+    s.add_argument("--valid-fraction", type=float, default=0.1)
+    s.add_argument("--test-fraction", type=float, default=0.1)
+    s.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=run)
+    return s
+
+
+def run(a: argparse.Namespace) -> int:
+    from cadenza.data.prepare import prepare
+
+    res = prepare(a.inputs, a.out, corpus=a.corpus, tokenizer=a.tokenizer, valid_fraction=a.valid_fraction,
+                  test_fraction=a.test_fraction, workers=a.workers, progress=not a.quiet)
+    print(res.summary())
+    return 0

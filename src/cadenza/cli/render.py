@@ -1,0 +1,42 @@
+"""`cadenza render`: MIDI files -> WAV, piano-roll PNG, score PNG."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub) -> argparse.ArgumentParser:
+    from cadenza.listen.audio import BACKENDS, SAMPLE_RATE
+
+    s = sub.add_parser(
+        "render", help="MIDI -> WAV audio, piano-roll PNG, score PNG",
+        description="Render MIDI files to WAV (FluidSynth, else a built-in synthesizer), a piano-roll PNG "
+                    "and, with MuseScore 3 installed, a score PNG. With no --wav/--png/--score: WAV and PNG.")
+    s.add_argument("files", nargs="+", metavar="FILE.mid", help="MIDI files")
+    s.add_argument("--wav", action="store_true", help="write <name>.wav")
+    s.add_argument("--png", action="store_true", help="write <name>.png, a piano roll")
+    s.add_argument("--score", action="store_true", help="write <name>.score.png with MuseScore 3")
+    s.add_argument("--soundfont", help="General MIDI .sf2 (default: $CADENZA_SOUNDFONT, then system SoundFonts)")
+    s.add_argument("--out", help="output folder (default: beside each MIDI file)")
+    s.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="WAV sample rate (default %(default)s)")
+    s.add_argument("--synth", choices=BACKENDS, default="auto",
+                   help="audio backend (default auto: FluidSynth if installed, else numpy)")
+    s.set_defaults(func=run)
+    return s
+
+
+def run(a: argparse.Namespace) -> int:
+    from cadenza.listen.render import render
+
+    chosen = a.wav or a.png or a.score
+    res = render(a.files, wav=a.wav or not chosen, png=a.png or not chosen, score=a.score, soundfont=a.soundfont,
+                 out_dir=a.out, sample_rate=a.sample_rate, backend=a.synth)
+    for note in res.notes:
+        print(note, file=sys.stderr)
+    for written in res.written:
+        for p in written.values():
+            print(p)
+    for _, reason in res.skipped:
+        print(f"cadenza render: skipped {reason}", file=sys.stderr)
+    return 1 if res.skipped else 0

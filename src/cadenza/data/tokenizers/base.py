@@ -1,0 +1,232 @@
+"""The interface every cadenza tokenizer implements, and the registry that rebuilds one from JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from cadenza.data.midi import Notes
+
+_REGISTRY: dict[str, type["Tokenizer"]] = {}
+
+
+class TokenizerError(ValueError):
+    """Bad ids or a bad tokenizer config; the message says which and why."""
+
+
+@dataclass
+class DecodeReport:
+    """How many repairs decoding made. A model's raw output is never rejected, only repaired."""
+
+    orphan_note_offs: int = 0  # note-off for a pitch that was not sounding: ignored
+    restarted_notes: int = 0  # note-on for a sounding pitch: the earlier note ends there
+    closed_at_end: int = 0  # notes still sounding when the ids ran out: closed at the end
+    zero_length: int = 0  # note-on and note-off at the same instant: dropped
+    special_tokens: int = 0  # pad / bos skipped
+    after_eos: int = 0  # ids after the first eos: ignored
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def repairs(self) -> int:
+        return self.orphan_note_offs + self.restarted_notes + self.closed_at_end + self.zero_length
+
+    def as_dict(self) -> dict[str, int]:
+        d = asdict(self)
+        d.update(d.pop("extra"))
+        d["repairs"] = self.repairs
+        return d
+
+
+@dataclass
+class Encoded:
+    ids: np.ndarray
+    notes: int
+    stats: dict[str, int] = field(default_factory=dict)
+    seconds: float | None = None  # music spanned, for tokenizers without a clock (see Tokenizer.seconds)
+
+
+class Tokenizer(ABC):
+    """Notes <-> integer ids. Subclasses register themselves by `name`."""
+
+    name: ClassVar[str] = ""
+    vocab_size: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            _REGISTRY[cls.name] = cls
+
+    # ---- encoding / decoding -------------------------------------------------------------
+    @abstractmethod
+    def encode(self, source: Any) -> Encoded:
+        """Encode a MIDI path, MIDI bytes, symusic Score or `Notes` into ids (no bos/eos)."""
+
+    @abstractmethod
+    def decode(self, ids) -> tuple[Any, DecodeReport]:
+        """Decode any id sequence into a symusic Score plus a report of the repairs made."""
+
+    def content(self, ids, report: DecodeReport) -> np.ndarray:
+        """What decoding reads: ids checked, cut at the first EOS, without special tokens.
+
+        The preamble of every `decode`; `report` counts what was cut and skipped.
+        """
+        ids = self.check_ids(ids)
+        if self.eos_id != self.pad_id:  # a MidiTok vocabulary may have no EOS of its own
+            eos = np.flatnonzero(ids == self.eos_id)
+            if eos.size:
+                report.after_eos = int(ids.size - eos[0] - 1)
+                ids = ids[: eos[0]]
+        special = np.isin(ids, self.special_ids)
+        report.special_tokens = int(np.count_nonzero(special))
+        return ids[~special]
+
+    def to_notes(self, ids) -> Notes:
+        """The notes ids decode to (drums dropped, as everywhere else)."""
+        from cadenza.data.midi import score_to_notes
+
+        return score_to_notes(self.decode(ids)[0])[0]
+
+    # ---- what the sampler asks -----------------------------------------------------------------
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        """Ids that are not music: decoding skips them, the sampler never emits PAD or BOS."""
+        return tuple(dict.fromkeys((self.pad_id, self.bos_id, self.eos_id)))
+
+    def token_seconds(self) -> np.ndarray | None:
+        """Seconds each id moves the music's clock (vocab_size floats), or None without a clock."""
+        return None
+
+    @property
+    def has_clock(self) -> bool:
+        return self.token_seconds() is not None
+
+    def seconds(self, ids) -> float | None:
+        """Seconds of music that ids span (their time shifts, frames or steps); None without a clock."""
+        secs = self.token_seconds()
+        if secs is None:
+            return None
+        ids = np.asarray(ids, np.int64)
+        return float(secs[ids].sum()) if ids.size else 0.0
+
+    def encode_primer(self, source, seconds: float | None = None) -> np.ndarray:
+        """ids of a primer (a MIDI file, bytes or anything `encode` takes); with `seconds`, only
+        the ids up to that much music."""
+        ids = self.encode(source).ids
+        if seconds is None:
+            return ids
+        secs = self.token_seconds()
+        if secs is None:
+            raise TokenizerError(f"cutting a primer to seconds needs a tokenizer with a clock; {self.name} has none")
+        return ids[np.cumsum(secs[ids]) <= seconds]
+
+    def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
+                allow_eos: bool = True, max_note_seconds: float | None = None):
+        """The decoding grammar for `batch` sequences: this tokenizer's rules (when `constrained`)
+        or only the special-token rules. See `cadenza.data.tokenizers.grammar`."""
+        from cadenza.data.tokenizers.grammar import SpecialsOnly
+
+        return SpecialsOnly(self, batch, device, allow_eos)
+
+    # ---- optional capabilities used by the dataset (augmentation) ------------------------------
+    window_align: ClassVar[int] = 1  # training windows start at a multiple of this (SATB: 4 voices)
+    pitch_bounds: tuple[int, int] = (0, 127)  # transposition keeps pitches inside these
+
+    def transpose(self, ids: np.ndarray, semitones: int) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} does not support transposition")
+
+    def pitch_range(self, ids: np.ndarray) -> tuple[int, int] | None:
+        """(lowest, highest) pitch that ids mention, or None when they mention none."""
+        raise NotImplementedError(f"{self.name} does not support transposition")
+
+    def stretch(self, ids: np.ndarray, factor: float) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} does not support time stretching")
+
+    @property
+    def supports_transpose(self) -> bool:
+        return type(self).transpose is not Tokenizer.transpose
+
+    @property
+    def supports_stretch(self) -> bool:
+        return type(self).stretch is not Tokenizer.stretch
+
+    def token_name(self, i: int) -> str:
+        return str(int(i))
+
+    # ---- config ----------------------------------------------------------------------------
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this tokenizer."""
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "Tokenizer":
+        return cls(**params)
+
+    def to_dict(self) -> dict[str, Any]:
+        from cadenza.env.record import library_versions
+
+        return {
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "params": self.params(),
+            "versions": library_versions(("cadenza", "symusic")),
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        from cadenza.atomic import write_json
+
+        write_json(path, self.to_dict())
+        return Path(path)
+
+    def same_as(self, other_config: dict[str, Any]) -> bool:
+        return other_config.get("name") == self.name and other_config.get("params") == self.params()
+
+    def check_ids(self, ids) -> np.ndarray:
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            raise TokenizerError(f"ids must be one sequence (1-D), got shape {tuple(arr.shape)}")
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TokenizerError(f"ids must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
+        if bad.size:
+            i = int(bad[0])
+            raise TokenizerError(
+                f"id {int(arr[i])} at position {i} is outside the vocabulary of {self.name} "
+                f"(0..{self.vocab_size - 1}); {bad.size} id(s) out of range"
+            )
+        return arr
+
+
+def tokenizer_from_dict(config: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. a store's manifest)."""
+    import cadenza.data.tokenizers  # noqa: F401  (registers the built-in tokenizers)
+
+    name = config.get("name")
+    if name not in _REGISTRY:
+        if name == "miditok":
+            from cadenza.data.tokenizers import miditok_adapter  # noqa: F401
+        if name not in _REGISTRY:
+            raise TokenizerError(f"unknown tokenizer {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    tok = _REGISTRY[name].from_params(config.get("params", {}))
+    if "vocab_size" in config and config["vocab_size"] != tok.vocab_size:
+        raise TokenizerError(
+            f"tokenizer config says vocab_size {config['vocab_size']} but {name} with these params has "
+            f"{tok.vocab_size}; the config was written by an incompatible version"
+        )
+    return tok
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    with open(path, encoding="utf-8") as f:
+        return tokenizer_from_dict(json.load(f))
+

@@ -1,0 +1,107 @@
+"""Grammar-constrained decoding: masks for logits that would make an invalid performance.
+
+For the performance vocabulary the state per sequence is the set of sounding pitches:
+
+* a note-on is allowed only for a silent pitch (and, with a polyphony cap, only while fewer than
+  `max_polyphony` notes sound);
+* a note-off only for a pitch that sounds and has sounded for at least one time step (a note-off
+  right after its own note-on would make a zero-length note);
+* time shifts and velocities are always allowed; PAD and BOS never; EOS only when nothing sounds
+  (so a piece can only end cleanly), and `close()` releases whatever still sounds at the end;
+* with `max_note_seconds`, a note that has sounded that long must be released next: an
+  under-trained model's usual failure is to forget a note-off and hold a note for a minute.
+
+Tokenizers without a grammar get `SpecialsOnly`, which only forbids PAD and BOS. A tokenizer
+hands out its grammar (`Tokenizer.grammar`), so the sampler never asks which tokenizer it has.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cadenza.data.tokenizers.base import Tokenizer
+
+
+class SpecialsOnly:
+    def __init__(self, tok: Tokenizer, batch: int, device, allow_eos: bool = True):
+        self.tok = tok
+        self.base = torch.ones(tok.vocab_size, dtype=torch.bool, device=device)
+        self.base[list(tok.special_ids)] = False  # PAD, BOS (and style tokens) are never sampled
+        self.base[tok.eos_id] = tok.eos_id != tok.pad_id
+        if not allow_eos:
+            self.base[tok.eos_id] = False
+        self.allow_eos = allow_eos
+        self.batch = batch
+
+    def observe(self, ids: torch.Tensor) -> None:
+        """Advance the state with tokens (B,) or (B, T)."""
+
+    def allowed(self) -> torch.Tensor:
+        return self.base.expand(self.batch, -1)
+
+    def close(self, seqs: list[list[int]]) -> list[list[int]]:
+        return seqs
+
+
+class PerformanceGrammar(SpecialsOnly):
+    def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True,
+                 max_note_seconds: float | None = None):
+        super().__init__(tok, batch, device, allow_eos)
+        self.sounding = torch.zeros(batch, 128, dtype=torch.bool, device=device)
+        self.fresh = torch.zeros(batch, 128, dtype=torch.bool, device=device)  # on since the last shift
+        self.max_polyphony = max_polyphony
+        self.max_steps = None if max_note_seconds is None else max(1, round(max_note_seconds * tok.steps_per_second))
+        self.clock = torch.zeros(batch, 1, dtype=torch.long, device=device)  # steps since the start
+        self.onset = torch.zeros(batch, 128, dtype=torch.long, device=device)
+        self.on0, self.off0 = tok.note_on_offset, tok.note_off_offset
+
+    def observe(self, ids: torch.Tensor) -> None:
+        ids = ids.view(self.batch, -1)
+        for t in range(ids.shape[1]):  # prompts are short; steps are one token
+            x = ids[:, t:t + 1]
+            # one-hot of the pitch of each row's token, kept only for note-ons / note-offs
+            hit = torch.zeros_like(self.sounding).scatter_(1, x % 128, True)
+            on = hit & (x < self.off0)
+            off = hit & (x >= self.off0) & (x < self.off0 + 128)
+            is_shift = (x >= self.tok.shift_offset) & (x < self.tok.velocity_offset)
+            self.sounding = (self.sounding | on) & ~off
+            self.fresh = (self.fresh | on) & ~is_shift
+            if self.max_steps is not None:
+                self.onset = torch.where(on, self.clock, self.onset)
+                self.clock = self.clock + torch.where(is_shift, x - self.tok.shift_offset + 1, 0)
+
+    def allowed(self) -> torch.Tensor:
+        m = self.base.repeat(self.batch, 1)
+        on = ~self.sounding
+        if self.max_polyphony is not None:
+            full = self.sounding.sum(1, keepdim=True) >= self.max_polyphony
+            on = on & ~full
+        m[:, self.on0:self.on0 + 128] = on
+        m[:, self.off0:self.off0 + 128] = self.sounding & ~self.fresh
+        m[:, self.tok.eos_id] = ~self.sounding.any(1) & self.allow_eos
+        if self.max_steps is not None:
+            left = torch.where(self.sounding, self.max_steps - (self.clock - self.onset), self.max_steps)
+            room = left.min(1, keepdim=True).values  # steps until the first note is due
+            k = torch.arange(1, self.tok.max_shift_steps + 1, device=m.device)
+            m[:, self.tok.shift_offset:self.tok.velocity_offset] &= k[None, :] <= room  # no overshoot
+            overdue = self.sounding & (left <= 0)
+            rows = overdue.any(1)
+            if bool(rows.any()):  # only the release of an overdue note may come next
+                m[rows] = False
+                m[:, self.off0:self.off0 + 128] |= overdue
+        return m
+
+    def close(self, seqs: list[list[int]]) -> list[list[int]]:
+        """Append a note-off for every pitch still sounding (before a trailing EOS, if any), after
+        one time step when a note started at the very end."""
+        out = []
+        for b, s in enumerate(seqs):
+            offs = [self.off0 + int(p) for p in torch.nonzero(self.sounding[b]).flatten().tolist()]
+            if bool(self.fresh[b].any()):
+                offs = [self.tok.time_shift(1)] + offs
+            if s and s[-1] == self.tok.eos_id:
+                out.append(s[:-1] + offs + [s[-1]])
+            else:
+                out.append(s + offs)
+        return out
+

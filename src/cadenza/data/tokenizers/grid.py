@@ -1,0 +1,68 @@
+"""What the piano-roll (`frames`) and voice-grid (`satb`) tokenizers share.
+
+Both have the same vocabulary shape: ids 0..n-1 are the pitches low..low+n-1, then one marker
+(FRAME_END or REST), then PAD, BOS and EOS. Transposition shifts the pitch ids only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from cadenza.data.tokenizers.base import DecodeReport, Tokenizer, TokenizerError
+
+
+@dataclass
+class GridDecodeReport(DecodeReport):
+    """A `DecodeReport` whose `repairs` also counts the grid-specific repairs kept in `extra`."""
+
+    @property
+    def repairs(self) -> int:
+        return super().repairs + sum(self.extra.values())
+
+
+class PitchGridTokenizer(Tokenizer):
+    marker: ClassVar[str]  # the name of the id after the pitches
+    pitch_prefix: ClassVar[str]
+
+    def _vocabulary(self, low: int, n: int, seconds: float, what: str) -> None:
+        if not (0 <= low and n >= 1 and low + n <= 128):
+            raise TokenizerError(f"{what} low={low}, n={n} must lie within MIDI 0..127")
+        if not seconds > 0:
+            raise TokenizerError(f"the playback length of a step must be positive, got {seconds}")
+        self.low, self.n = int(low), int(n)
+        self.marker_id = self.n
+        self.pad_id, self.bos_id, self.eos_id = self.n + 1, self.n + 2, self.n + 3
+        self.vocab_size = self.n + 4
+
+    @property
+    def pitch_bounds(self) -> tuple[int, int]:
+        """Lowest and highest MIDI pitch the vocabulary can hold (transposition must stay inside)."""
+        return self.low, self.low + self.n - 1
+
+    def token_name(self, i: int) -> str:
+        i = int(i)
+        if 0 <= i < self.n:
+            return f"{self.pitch_prefix}_{self.low + i}"
+        return {self.marker_id: self.marker, self.pad_id: "PAD", self.bos_id: "BOS",
+                self.eos_id: "EOS"}.get(i, f"<{i}>")
+
+    def pitch_range(self, ids: np.ndarray) -> tuple[int, int] | None:
+        ids = np.asarray(ids)
+        p = ids[(ids >= 0) & (ids < self.n)]
+        return (int(p.min()) + self.low, int(p.max()) + self.low) if p.size else None
+
+    def transpose(self, ids: np.ndarray, semitones: int) -> np.ndarray:
+        """Shift every pitch id by `semitones`; the marker and the specials are untouched."""
+        ids = np.asarray(ids).astype(np.int64)
+        if semitones == 0:
+            return ids
+        rng = self.pitch_range(ids)
+        lo, hi = self.pitch_bounds
+        if rng and (rng[0] + semitones < lo or rng[1] + semitones > hi):
+            raise TokenizerError(f"transposing pitches {rng} by {semitones} leaves the range {lo}..{hi}")
+        out = ids.copy()
+        out[(ids >= 0) & (ids < self.n)] += semitones
+        return out

@@ -1,0 +1,1 @@
+"""The machine: device and precision choice, optional system tools, the environment record, doctor."""

@@ -1,0 +1,268 @@
+"""`cadenza doctor`: what Python / torch / CUDA / driver / container setup this is, what is wrong, how to fix it.
+
+Every look at the machine goes through one `Probes` object (`cadenza.env.probes`), so each
+diagnosis is tested by faking a probe.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cadenza import __version__
+from cadenza.env.probes import Probes
+from cadenza.env.record import cache_dir, git_commit
+from cadenza.env.tools import MUSESCORE_BINARIES, SOUNDFONT_DIRS
+
+GiB = 1 << 30
+# Minimum Linux driver per CUDA major(.minor): CUDA's minor-version compatibility lets any driver of
+# the major's first release run every later minor, so the major entry covers most builds.
+MIN_DRIVER = {"10.2": "440.33", "11.0": "450.36.06", "11": "450.80.02", "12": "525.60.13", "13": "580"}
+# CUDA builds of torch wheels we suggest, newest first; 12.8 matches docker/versions.env (a test checks).
+WHEEL_CUDA = ("12.8", "11.8")
+TORCH_INDEX = "https://download.pytorch.org/whl/"
+
+
+@dataclass
+class Diagnosis:
+    severity: str  # "ok" | "warn" | "error"
+    code: str
+    message: str
+    fix: str = ""
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+
+def min_driver(cuda: str) -> str | None:
+    """The oldest Linux driver that runs a torch built for CUDA `cuda` ("12.8" -> "525.60.13")."""
+    major_minor = ".".join(cuda.split(".")[:2])
+    return MIN_DRIVER.get(major_minor) or MIN_DRIVER.get(cuda.split(".")[0])
+
+
+def collect(probes: Probes | None = None, smoke: bool = True, precision: str | None = None) -> dict:
+    """The full report (a JSON-able dict). `smoke` runs the GPU smoke test when torch sees a GPU."""
+    p = probes or Probes()
+    env = p.env()
+    t = p.torch_info()
+    cache = str(cache_dir())
+    report: dict[str, Any] = {
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "platform": platform.platform(),
+        "cadenza": {"version": __version__, "commit": git_commit()},
+        "torch": t,
+        "build": ("rocm " + t["hip"]) if t.get("hip") else ("cuda " + t["cuda"]) if t.get("cuda") else "cpu",
+        "nvidia_smi": p.nvidia_smi(),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "cpu": {**p.cpu(), "torch_threads": t.get("threads"), "omp_num_threads": env.get("OMP_NUM_THREADS")},
+        "shm_bytes": p.shm_bytes(),
+        "disk_free": {"cache": {"path": cache, "bytes": p.disk_free(cache)},
+                      "cwd": {"path": os.getcwd(), "bytes": p.disk_free(os.getcwd())}},
+        "container": p.container(),
+        "optional": {"fluidsynth": p.which("fluidsynth"), "pyfluidsynth": p.module_version("pyfluidsynth"),
+                     "soundfonts": p.soundfonts(), "cadenza_soundfont": env.get("CADENZA_SOUNDFONT"),
+                     "musescore": next((w for b in MUSESCORE_BINARIES if (w := p.which(b))), None),
+                     "tensorboard": p.module_version("tensorboard"), "miditok": p.module_version("miditok")},
+        "smoke": None,
+    }
+    if smoke and t.get("cuda_available") and t.get("gpus"):
+        bf16_ok = all(g["bf16"] for g in t["gpus"])
+        dtype = precision if precision in ("bf16", "fp16") else ("bf16" if bf16_ok else "fp16")
+        report["smoke"] = p.gpu_smoke("cuda:0", dtype)
+    return report
+
+
+def _smi_gpus(r: dict) -> list[dict]:
+    smi = r.get("nvidia_smi") or {}
+    return smi.get("gpus", []) if smi.get("ok") else []
+
+
+def target_device(r: dict, device: str = "auto") -> str:
+    """The device training is meant for: auto means cuda whenever an NVIDIA GPU is in the machine."""
+    if device != "auto":
+        return device
+    t = r["torch"]
+    if t.get("cuda_available") or _smi_gpus(r):
+        return "cuda"
+    return "mps" if t.get("mps") else "cpu"
+
+
+def _wheel_fix(r: dict, driver: str | None) -> str:
+    base = r["torch"].get("version", "").split("+")[0] or "<version>"
+    fits = [c for c in WHEEL_CUDA if not driver or _vtuple(driver) >= _vtuple(min_driver(c) or "0")]
+    if not fits:
+        return f"upgrade the NVIDIA driver to >= {MIN_DRIVER['12']}"
+    return (f"pip uninstall -y torch && pip install torch=={base} "
+            f"--index-url {TORCH_INDEX}cu{fits[0].replace('.', '')}")
+
+
+def diagnose(report: dict, device: str = "auto", precision: str | None = None) -> list[Diagnosis]:
+    """Findings in order of how much they block training on `device` at `precision`."""
+    r, t, out = report, report["torch"], []
+    target = target_device(r, device)
+    blocking = "error" if target == "cuda" else "warn"
+    add = lambda sev, code, msg, fix="": out.append(Diagnosis(sev, code, msg, fix))  # noqa: E731
+    if not t.get("installed"):
+        add("error", "no_torch", f"torch is not importable: {t.get('error')}",
+            "pip install torch (the tested version is in docker/versions.env), or `make install`")
+        return out
+    smi, smi_gpus = r.get("nvidia_smi"), _smi_gpus(r)
+    driver = smi_gpus[0]["driver"] if smi_gpus else None
+    cuda_causes = len(out)
+    if smi and not smi.get("ok"):
+        add("warn" if device != "cuda" else "error", "nvidia_smi_failed", f"nvidia-smi fails: {smi.get('error')}",
+            "the NVIDIA kernel driver is not loaded or does not match its libraries: reboot or reinstall it")
+    if t.get("cuda_available") and t.get("cuda_error"):
+        add(blocking, "cuda_failing", f"torch sees CUDA but cannot use it: {t['cuda_error']}",
+            "check `nvidia-smi` for a GPU in an error state (Xid) or held by another process")
+    if smi_gpus and not t.get("cuda") and not t.get("hip"):
+        add(blocking, "cpu_torch_with_gpu",
+            f"torch {t['version']} is a CPU-only build but nvidia-smi sees {len(smi_gpus)} GPU(s) "
+            f"({smi_gpus[0]['name']})", _wheel_fix(r, driver))
+    need = min_driver(t["cuda"]) if t.get("cuda") else None
+    too_old = bool(driver and need and _vtuple(driver) < _vtuple(need))
+    if too_old:
+        add(blocking, "driver_too_old",
+            f"NVIDIA driver {driver} is too old for torch's CUDA {t['cuda']} (needs >= {need})",
+            f"upgrade the driver to >= {need}, or match torch to it: {_wheel_fix(r, driver)}")
+    cvd = r.get("cuda_visible_devices")
+    if cvd is not None and not too_old:
+        first = cvd.split(",")[0].strip()
+        if first in ("", "-1") or (smi_gpus and (t.get("cuda") or t.get("hip")) and not t.get("device_count")):
+            add("error" if device == "cuda" else "warn", "cuda_visible_devices_hides_all",
+                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU"
+                + (f" (nvidia-smi sees {len(smi_gpus)})" if smi_gpus else ""),
+                "unset CUDA_VISIBLE_DEVICES, or list real indices/UUIDs: export CUDA_VISIBLE_DEVICES="
+                + ",".join(str(i) for i in range(max(1, len(smi_gpus)))))
+    if device == "cuda" and not t.get("cuda_available") and len(out) == cuda_causes:
+        if not smi:
+            fix = ("start the container with `docker run --gpus all` (NVIDIA Container Toolkit)" if r.get("container")
+                   else "no NVIDIA driver found (no nvidia-smi): install it") + ", or use --device cpu"
+        else:
+            fix = "check `nvidia-smi` and that the driver matches torch's CUDA, or use --device cpu"
+        add("error", "no_cuda", "--device cuda was requested but torch sees no CUDA device"
+            + (f" ({t['cuda_error']})" if t.get("cuda_error") else ""), fix)
+    if device == "mps" and not t.get("mps"):
+        add("error", "no_mps", "--device mps was requested but MPS is unavailable (needs Apple silicon, macOS >= 12.3)",
+            "use --device cpu")
+    gpus = t.get("gpus") or []
+    if len(gpus) > 1 and not t.get("nccl"):
+        add("warn", "no_nccl", f"NCCL is unavailable with {len(gpus)} GPUs: multi-GPU training falls back to gloo "
+            "(slow) or fails", f"install the Linux CUDA wheel of torch, which bundles NCCL: {_wheel_fix(r, driver)}")
+    if precision == "bf16" and target == "cuda":
+        for g in (g for g in gpus if not g["bf16"]):
+            add("error", "no_bf16", f"bf16 requested but GPU {g['index']} ({g['name']}, compute capability "
+                f"{g['capability']}) has no bf16 support (needs >= 8.0)", "use --precision fp16 (or fp32)")
+    smoke = r.get("smoke")
+    if smoke and not smoke["ok"]:
+        add(blocking, "smoke_failed", f"GPU smoke test failed on {smoke['device']}: {smoke['error']}",
+            "check `nvidia-smi` for other processes holding the GPU, and the driver / torch CUDA match")
+    elif smoke:
+        add("ok", "smoke_ok", f"GPU smoke test passed on {smoke['device']} ({smoke['dtype']} step "
+            f"{smoke['autocast_step_ms']} ms, 1024^2 matmul {smoke['matmul_ms']} ms)")
+    shm = r.get("shm_bytes")
+    if shm is not None and shm < GiB:
+        add("warn", "small_shm", f"/dev/shm is {_size(shm)} (< 1 GiB): DataLoader workers share batches through it "
+            "and die with 'bus error'", "docker run --shm-size=8g (or --ipc=host); compose: shm_size: 8gb")
+    for where, d in r.get("disk_free", {}).items():
+        if d["bytes"] is not None and d["bytes"] < 5 * GiB:
+            add("warn", "low_disk", f"only {_size(d['bytes'])} free in the {where} folder {d['path']}",
+                "free space, or point CADENZA_CACHE / --out at a bigger disk")
+    opt = r["optional"]
+    if not opt["fluidsynth"] and not opt["pyfluidsynth"]:
+        add("warn", "no_fluidsynth", "FluidSynth is not installed: MIDI -> audio rendering is off",
+            "apt-get install fluidsynth (and pip install pyfluidsynth)")
+    if opt["cadenza_soundfont"] and opt["cadenza_soundfont"] not in opt["soundfonts"]:
+        add("warn", "soundfont_missing", f"CADENZA_SOUNDFONT={opt['cadenza_soundfont']} is not a file",
+            "point CADENZA_SOUNDFONT at an existing .sf2 file")
+    elif not opt["soundfonts"]:
+        add("warn", "no_soundfont", "no General MIDI SoundFont found (looked in " + ", ".join(SOUNDFONT_DIRS)
+            + ", $CADENZA_SOUNDFONT): audio rendering is off",
+            "apt-get install fluid-soundfont-gm, or export CADENZA_SOUNDFONT=/path/to/GM.sf2")
+    if not any(d.severity == "error" for d in out):
+        on = "cuda" if t.get("cuda_available") else "mps" if t.get("mps") else "cpu"
+        n = f" ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''})" if on == "cuda" else ""
+        add("ok", "ready", f"training can run on {on}{n}" + (f" at {precision}" if precision else ""))
+    return out
+
+
+def exit_code(diagnoses: list[Diagnosis]) -> int:
+    return 1 if any(d.severity == "error" for d in diagnoses) else 0
+
+
+def doctor_summary(probes: Probes | None = None) -> dict:
+    """A short JSON-able environment summary for run folders: no smoke test, well under a second."""
+    p = probes or Probes()
+    r = collect(p, smoke=False)
+    t, smi = r["torch"], r["nvidia_smi"] or {}
+    return {"python": r["python"]["version"], "platform": r["platform"], "cadenza": r["cadenza"]["version"],
+            "git_commit": r["cadenza"]["commit"], "torch": t.get("version"), "build": r["build"],
+            "cudnn": t.get("cudnn"), "nccl": t.get("nccl"),
+            "driver": (smi.get("gpus") or [{}])[0].get("driver") if smi.get("ok") else None,
+            "gpus": [f"{g['name']} (cc {g['capability']}, {_size(g['memory_bytes'])})" for g in t.get("gpus", [])],
+            "cuda_visible_devices": r["cuda_visible_devices"], "cpu_count": r["cpu"]["usable"],
+            "torch_threads": r["cpu"]["torch_threads"], "container": r["container"],
+            "versions": {k: p.module_version(k) for k in ("numpy", "symusic", "miditok", "music21")}}
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / (1 << 20):.0f} MiB"
+
+
+def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: str | None) -> str:
+    t, opt, smi = r["torch"], r["optional"], r.get("nvidia_smi")
+    smi_gpus = _smi_gpus(r)
+    rows = [("python", f"{r['python']['version']} ({r['python']['executable']})"),
+            ("platform", r["platform"]),
+            ("cadenza", f"{r['cadenza']['version']} (commit {(r['cadenza']['commit'] or '-')[:12]})"),
+            ("torch", f"{t.get('version', 'not installed')}  [{r['build']} build]"),
+            ("CUDA / cuDNN / NCCL", f"{t.get('cuda') or t.get('hip') or '-'} / {t.get('cudnn') or '-'} / "
+                                    f"{t.get('nccl') or '-'}"),
+            ("NVIDIA driver", smi_gpus[0]["driver"] if smi_gpus else "no nvidia-smi" if smi is None
+             else f"nvidia-smi: {smi.get('error') or 'no GPUs'}")]
+    for g in smi_gpus:
+        rows.append(("  nvidia-smi GPU", f"{g['name']}, {g['memory_mib']} MiB"))
+    rows.append(("torch GPUs", str(t.get("device_count", 0)) + (f"  ({t['cuda_error']})" if t.get("cuda_error")
+                                                                 else "")))
+    for g in t.get("gpus", []):
+        rows.append((f"  cuda:{g['index']}", f"{g['name']}  cc {g['capability']}  {_size(g['memory_bytes'])}  "
+                                            f"bf16 {'yes' if g['bf16'] else 'no'}  TF32 {'yes' if g['tf32'] else 'no'}"))
+    cvd = r["cuda_visible_devices"]
+    c = r["cpu"]
+    rows += [("CUDA_VISIBLE_DEVICES", "(unset)" if cvd is None else repr(cvd)),
+             ("MPS", "yes" if t.get("mps") else "no"),
+             ("CPU threads", f"{c['usable']} usable of {c['count']}, torch {c['torch_threads']}, "
+                             f"OMP_NUM_THREADS={c['omp_num_threads'] or '(unset)'}"),
+             ("/dev/shm", _size(r["shm_bytes"]))]
+    rows += [(f"free disk ({k})", f"{_size(d['bytes'])}  {d['path']}") for k, d in r["disk_free"].items()]
+    rows += [("container", r["container"] or "no"),
+             ("FluidSynth", f"binary {opt['fluidsynth'] or '-'}, pyfluidsynth {opt['pyfluidsynth'] or '-'}"),
+             ("SoundFont", opt["soundfonts"][0] if opt["soundfonts"] else "-"),
+             ("MuseScore", opt["musescore"] or "-"), ("TensorBoard", opt["tensorboard"] or "-"),
+             ("MidiTok", opt["miditok"] or "-")]
+    if r.get("smoke"):
+        s = r["smoke"]
+        rows.append(("GPU smoke test", f"{'ok' if s['ok'] else 'FAILED'} on {s['device']} ({s['dtype']})"
+                     + (f": {s['error']}" if s["error"] else f", step {s['autocast_step_ms']} ms")))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["", f"Diagnoses (device {device} -> {target_device(r, device)}, precision {precision or 'any'}):"]
+    for d in diagnoses:
+        lines.append(f"  {d.severity.upper():<5}  {d.message}")
+        if d.fix:
+            lines.append(f"  {'':<5}  fix: {d.fix}")
+    return "\n".join(lines)
+
+
+def doctor(device: str = "auto", precision: str | None = None, smoke: bool = True,
+           probes: Probes | None = None) -> dict:
+    """The environment report and the diagnoses for training on `device` at `precision`:
+    {"report", "device": {"requested", "target"}, "precision", "diagnoses", "exit_code"}."""
+    report = collect(probes, smoke=smoke, precision=precision)
+    found = diagnose(report, device=device, precision=precision)
+    return {"report": report, "device": {"requested": device, "target": target_device(report, device)},
+            "precision": precision, "diagnoses": [asdict(d) for d in found], "exit_code": exit_code(found)}

@@ -1,0 +1,87 @@
+"""`cadenza.evaluate(...)`: the NLL of a checkpoint on a store split, and/or how a folder of
+generated samples compares with real music (metrics, overlap, memorisation)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from cadenza.data.store import TokenStore
+
+
+def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLike | None = None, *,
+             split: str = "test", stride: int | None = None, samples: str | os.PathLike | None = None,
+             reference: str | os.PathLike | None = None, reference_split: str = "train", device: str = "auto",
+             progress: bool = False, json_path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """With `checkpoint` and `data`: NLL per token (nats, bits) and perplexity over a whole split.
+    With `samples` (a folder of MIDI) and `reference` (a store): musical metrics of the samples
+    against the reference pieces, their overlapping areas, and the longest run a sample copies.
+    Both at once give {"nll": ..., "samples": ...}. With `json_path`, the result is also written."""
+    out: dict[str, Any] = {}
+    if checkpoint is not None or data is not None:
+        if checkpoint is None or data is None:
+            raise ValueError("the NLL needs both a checkpoint and a token store (--checkpoint and --data)")
+        out["nll"] = nll_report(checkpoint, data, split, stride, device, progress)
+    if samples is not None or reference is not None:
+        if samples is None or reference is None:
+            raise ValueError("comparing samples needs both a samples folder and a reference store "
+                             "(--samples and --reference)")
+        out["samples"] = samples_report(samples, reference, reference_split)
+    if not out:
+        raise ValueError("nothing to evaluate: give a checkpoint and a token store, or samples and a reference")
+    if json_path is not None:
+        from cadenza.atomic import write_json
+
+        write_json(json_path, out)
+    return out
+
+
+def nll_report(checkpoint, data, split: str = "test", stride: int | None = None, device: str = "auto",
+               progress: bool = False) -> dict[str, Any]:
+    from cadenza.env.device import pick_device
+    from cadenza.evaluation.nll import token_nll
+    from cadenza.models import checkpoint as ckpt
+
+    if stride is not None and stride < 1:
+        from cadenza.settings import SettingError
+
+        raise SettingError("stride", f"must be >= 1, got {stride}")
+    dev = pick_device(device)
+    model, meta = ckpt.load_model(checkpoint, dev)
+    store = TokenStore(data)
+    if not store.tokenizer.same_as(meta["tokenizer"]):
+        raise ValueError(f"{data} was tokenized differently from the checkpoint's training data")
+    r = token_nll(model, store, split, stride=stride, device=dev, progress=progress)
+    out = r.as_dict()
+    out.update({"checkpoint": meta["path"], "step": meta["step"], "unigram_nll": store.unigram_nll(split)})
+    return out
+
+
+def reference_notes(store: TokenStore, split: str) -> list:
+    """Each piece of a store split decoded back to notes (exact for the performance tokenizer)."""
+    return [store.tokenizer.to_notes(store[p.index]) for p in store.split(split)]
+
+
+def samples_report(samples, reference, reference_split: str = "train") -> dict[str, Any]:
+    from cadenza.data.midi import MIDI_SUFFIXES, read_notes
+    from cadenza.evaluation.memorisation import RunFinder
+    from cadenza.evaluation.metrics import compare_sets
+
+    folder = Path(samples)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder of samples")
+    files = sorted(f for f in folder.iterdir() if f.suffix.lower() in MIDI_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"{samples}: no MIDI files")
+    store = TokenStore(reference)
+    metrics = compare_sets([read_notes(f)[0] for f in files], reference_notes(store, reference_split))
+    pieces = store.split(reference_split)
+    finder = RunFinder([store[p.index] for p in pieces])
+    memo = []
+    for f in files:
+        ids = store.tokenizer.encode(f).ids
+        run = finder.longest_common_run(ids)
+        memo.append({"file": f.name, "tokens": int(ids.size), "longest_shared_run": run.length,
+                     "piece": pieces[run.piece_index].source if run.length else None})
+    return {"samples": len(files), "reference": len(pieces), "metrics": metrics, "memorisation": memo}

@@ -1,0 +1,1 @@
+"""New music from a checkpoint: sampling filters, the decoding loop, `SamplingConfig`, `generate()`."""

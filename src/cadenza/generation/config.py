@@ -1,0 +1,58 @@
+"""`SamplingConfig`: every setting of a generation, with its valid range, in one validated dataclass.
+
+The command line builds it from flags, the Python API from keywords (or a dict / JSON), the web
+studio from the JSON a client sends; all three go through `validate`, and `generation.json`
+records it, so a sample can be made again from that file alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cadenza.settings import SettingError, from_dict, setting, validate
+
+DEFAULT_MAX_TOKENS = 1024
+
+
+@dataclass
+class SamplingConfig:
+    num_samples: int = setting(1, ge=1, le=10_000, doc="pieces to generate")
+    max_tokens: int | None = setting(None, ge=1, le=1_000_000, doc="new tokens per sample (default 1024)")
+    seconds: float | None = setting(None, gt=0, le=3600, doc="new music per sample, in seconds")
+    temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
+    top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only")
+    top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: the smallest set of tokens reaching p")
+    seed: int = setting(0, ge=0, lt=2**63, doc="the same seed gives the same MIDI on the same machine")
+    primer: str | None = setting(None, doc="a MIDI file to continue")
+    primer_seconds: float | None = setting(None, gt=0, doc="use only the primer's first S seconds")
+    constrained: bool = setting(True, doc="grammar-constrained decoding: every note that starts, ends")
+    max_polyphony: int | None = setting(None, ge=1, le=128, doc="at most this many notes sounding at once")
+    max_note_seconds: float | None = setting(None, gt=0, doc="release any note held this long")
+    stop_at_eos: bool = setting(True, doc="a piece may end before its length (False: every sample runs to it)")
+    batch_size: int = setting(8, ge=1, le=1024, doc="samples generated together")
+    use_cache: bool = setting(True, doc="KV cache (False recomputes every window; the tests' reference)")
+
+    def validate(self) -> "SamplingConfig":
+        validate(self)
+        if self.max_tokens is not None and self.seconds is not None:
+            raise SettingError("seconds", "and max_tokens are exclusive: give one length")
+        if self.primer_seconds is not None and self.primer is None:
+            raise SettingError("primer_seconds", "needs a primer to cut")
+        return self
+
+    def token_budget(self) -> int:
+        """New tokens per sample: max_tokens, or enough for `seconds` of dense music (then it stops
+        on time), or the default."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if self.seconds is not None:
+            return int(self.seconds * 60) + 64
+        return DEFAULT_MAX_TOKENS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SamplingConfig":
+        return from_dict(cls, d, "sampling").validate()

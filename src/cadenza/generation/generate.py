@@ -1,0 +1,117 @@
+"""`cadenza.generate(...)`: new pieces (or continuations of a primer) from any checkpoint.
+
+The checkpoint carries its model and tokenizer configs, so nothing about the architecture is
+passed here. Every setting is a field of `SamplingConfig`, given as one object, a dict, or
+keywords. Sampling is batched with the KV cache (or the LSTM's carried state), the grammar masks
+impossible events by default, and the same seed gives the same MIDI bit for bit on the same
+machine. With `out`, one .mid per sample is written plus ``generation.json`` (the settings, the
+checkpoint, and per-sample tokens, notes, seconds and decoder repairs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cadenza.atomic import write_json
+from cadenza.data.midi import write_midi
+from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.generation.config import SamplingConfig
+from cadenza.generation.sampler import generate_ids
+from cadenza.models import checkpoint as ckpt
+
+
+@dataclass
+class Generation:
+    scores: list  # symusic Scores (ticks)
+    ids: list[list[int]]  # generated ids per sample (primer excluded)
+    stats: list[dict[str, Any]]
+    config: SamplingConfig
+    paths: list[Path] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)  # checkpoint, device, speed
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.run.get("tokens_per_s", float("nan"))
+
+
+def sampling_config(config: SamplingConfig | dict | None = None, **settings: Any) -> SamplingConfig:
+    """A validated `SamplingConfig` from an object, a dict (e.g. JSON) and/or keyword settings."""
+    if isinstance(config, SamplingConfig):
+        base = config.to_dict()
+    else:
+        base = dict(config or {})
+    return SamplingConfig.from_dict({**base, **settings})
+
+
+def generate(checkpoint: str | os.PathLike, config: SamplingConfig | dict | None = None, *,
+             out: str | os.PathLike | None = None, device: str = "auto", render: bool = False,
+             progress: bool = False, **settings: Any) -> Generation:
+    """Sample `config.num_samples` pieces from `checkpoint` (a run folder or a checkpoint folder).
+
+    ``generate("runs/bach", seconds=30, top_p=0.95, num_samples=4, out="samples")``: keywords are
+    `SamplingConfig` fields and override `config`. Returns symusic scores, ids and statistics.
+    """
+    from cadenza.env.device import pick_device
+
+    cfg = sampling_config(config, **settings)
+    dev = pick_device(device)
+    model, meta = ckpt.load_model(checkpoint, dev)
+    tok = tokenizer_from_dict(meta["tokenizer"])
+    if cfg.seconds is not None and not tok.has_clock:
+        raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
+    prompt = [tok.bos_id] + (tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else [])
+    t0 = time.time()
+    all_ids = _sample(model, tok, prompt, cfg, dev, progress)
+    elapsed = time.time() - t0
+    scores, stats = [], []
+    for ids in all_ids:
+        full = prompt[1:] + ids
+        score, report = tok.decode(full)
+        scores.append(score)
+        stats.append({"tokens": len(ids), "primer_tokens": len(prompt) - 1, "notes": score.note_num(),
+                      "seconds": tok.seconds(full), "repairs": report.as_dict()})
+    run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
+           "device": str(dev), "generation_seconds": elapsed,
+           "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
+    result = Generation(scores, all_ids, stats, cfg, run=run)
+    if out is not None:
+        _write(result, Path(out), render)
+    return result
+
+
+def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool) -> list[list[int]]:
+    """All samples, `batch_size` at a time, from one generator seeded with `seed`."""
+    from tqdm import tqdm
+
+    g = torch.Generator(device=dev).manual_seed(cfg.seed)
+    out: list[list[int]] = []
+    batches = range(0, cfg.num_samples, cfg.batch_size)
+    for start in tqdm(batches, unit="batch", desc="generate", disable=not progress or len(batches) < 2,
+                      file=sys.stderr):
+        b = min(cfg.batch_size, cfg.num_samples - start)
+        p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
+        out += generate_ids(model, p, cfg.token_budget(), tok, temperature=cfg.temperature, top_k=cfg.top_k,
+                            top_p=cfg.top_p, generator=g, constrained=cfg.constrained,
+                            max_polyphony=cfg.max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
+                            stop_seconds=cfg.seconds, max_note_seconds=cfg.max_note_seconds)
+    return out
+
+
+def _write(result: Generation, out: Path, render: bool) -> None:
+    """sample-NNN.mid per sample and generation.json (settings, checkpoint, per-sample stats)."""
+    for i, score in enumerate(result.scores):
+        result.paths.append(write_midi(score, out / f"sample-{i:03d}.mid"))
+    write_json(out / "generation.json", {"settings": result.config.to_dict(), "run": result.run, "samples": [
+        {"file": p.name, **s} for p, s in zip(result.paths, result.stats)]})
+    if render:
+        from cadenza.listen.render import render_file
+
+        for p in result.paths:
+            render_file(p, wav=True, png=True)

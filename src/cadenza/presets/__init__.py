@@ -1,1 +1,0 @@
-"""Model and training presets, one TOML file per size (read with `cadenza.config.load_preset`)."""

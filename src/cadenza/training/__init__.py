@@ -1,0 +1,1 @@
+"""Training: run configs and presets, the training loop, its logs and TensorBoard previews."""

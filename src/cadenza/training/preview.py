@@ -1,0 +1,34 @@
+"""A short sample at each validation, logged to TensorBoard as audio and as a piano roll.
+
+Listening to the model while it trains says more than the loss curve about when it starts to
+make music; a failure here is reported and never stops training.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+SAMPLE_RATE = 16000  # TensorBoard plays it in the browser; a small rate keeps event files small
+
+
+def log_sample(writer, model, tok, step: int, n_tokens: int, device) -> None:
+    from cadenza.generation.sampler import generate_ids
+    from cadenza.listen.audio import synthesize
+    from cadenza.listen.pianoroll import piano_roll
+
+    g = torch.Generator(device=device).manual_seed(step)
+    prompt = torch.full((1, 1), tok.bos_id, dtype=torch.long, device=device)
+    try:
+        ids = generate_ids(model, prompt, n_tokens, tok, temperature=1.0, top_p=0.95, generator=g)[0]
+        notes = tok.to_notes(ids)
+        if len(notes) == 0:
+            return
+        audio, _ = synthesize(notes, sample_rate=SAMPLE_RATE, backend="numpy")
+        writer.add_audio("sample/audio", torch.from_numpy(audio)[None], step, sample_rate=SAMPLE_RATE)
+        writer.add_image("sample/piano_roll", piano_roll(notes, title=f"step {step}"), step, dataformats="HWC")
+    except Exception as e:  # a logging sample must never stop training
+        print(f"(could not log a sample at step {step}: {type(e).__name__}: {e})", file=sys.stderr)
+    finally:
+        model.train()

@@ -1,0 +1,386 @@
+"""The training loop: one function from a token store and a config to checkpoints.
+
+Read top to bottom like nanoGPT's train.py: DDP from torchrun's environment, one autocast
+context, a grad scaler that only switches on for fp16, gradient sync skipped on accumulation
+micro-steps, only rank 0 logs, validates and writes. Resuming restores weights, optimizer,
+scaler and RNG states and continues the exact sample stream (`data.dataset.StepSampler`), so on
+CPU a resumed run reproduces the losses of an uninterrupted one.
+
+`train` is the setup and the loop; each named step of the loop is a function below it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from cadenza.data.dataset import StepSampler, WindowDataset, fixed_windows
+from cadenza.data.store import TokenStore
+from cadenza.env.device import DistInfo, autocast, cleanup_distributed, resolve_precision, setup_distributed
+from cadenza.env.record import command_line
+from cadenza.models import build_model, checkpoint as ckpt, count_parameters
+from cadenza.models.loss import IGNORE_INDEX, inputs_targets
+from cadenza.training.config import RunConfig, resolve
+from cadenza.training.runlog import RunLog, say
+from cadenza.training.signals import StopRequest
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    train_loss: float
+    valid_loss: float | None
+    best_valid_loss: float | None
+    unigram_nll: float | None
+    checkpoint: Path | None
+    stopped_by: str  # max_steps | max_minutes | signal | early_stop
+    signal: int | None = None  # SIGINT / SIGTERM when stopped_by == "signal"
+
+
+@dataclass
+class Session:
+    """Everything one run holds between steps."""
+
+    cfg: RunConfig
+    out: Path
+    dist: DistInfo
+    precision: str
+    store: TokenStore
+    raw: torch.nn.Module  # the plain model: saved, evaluated, sampled
+    fwd: Any  # what the step calls: raw, or its DDP / compiled wrapper
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    loader: Any
+    step: int
+    horizon: int
+    best: float | None = None
+    valid_windows: torch.Tensor | None = None
+    unigram: float | None = None
+    since_best: int = 0
+    log: RunLog | None = None
+    run_meta: dict | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.dist.device
+
+
+def lr_at(step: int, cfg, horizon: int) -> float:
+    """Linear warmup, then cosine decay to min_lr at `horizon` steps."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if step >= horizon:
+        return cfg.min_lr
+    ratio = (step - cfg.warmup_steps) / max(1, horizon - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (cfg.lr - cfg.min_lr)
+
+
+def train(cfg: RunConfig | None = None, data: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+          *, resume: bool = False, progress: bool = True, command: str | None = None) -> TrainResult:
+    """Train `cfg` (default: the tiny preset) on the token store `data`, writing the run folder `out`.
+
+    With `resume`, the run in `out` continues from its newest checkpoint; its saved config and data
+    path are used unless `cfg` / `data` are given. The caller's `cfg` is never modified.
+    """
+    if out is None:
+        raise ValueError("train needs a run folder (out=...)")
+    out = Path(out)
+    if resume:
+        cfg = cfg or resolve(None, run_dir=out)
+        data = data or _saved_data_path(out)
+    if data is None:
+        raise ValueError("train needs a token store (data=...), made by `cadenza prepare`")
+    cfg = copy.deepcopy(cfg or resolve("tiny")).validate()
+    dist = setup_distributed(cfg.train.device)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        s = _setup(cfg, Path(data), out, resume, dist)
+        if dist.is_main:
+            s.run_meta = _run_meta(s, data, command)
+            s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
+            _announce(s)
+        try:
+            return _loop(s, progress and dist.is_main)
+        finally:
+            if s.log is not None:
+                s.log.close()
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+        cleanup_distributed()
+
+
+def _saved_data_path(out: Path) -> str:
+    run = out / "run.json"
+    if not run.exists():
+        raise FileNotFoundError(f"{run}: not found; --resume needs a run folder made by `cadenza train`")
+    return json.loads(run.read_text())["data"]
+
+
+# ---- setup ---------------------------------------------------------------------------------------
+def _setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -> Session:
+    """Store, model, optimizer and loader; on resume, every state restored from the newest checkpoint."""
+    tc, device = cfg.train, dist.device
+    store = TokenStore(data)
+    cfg.model.vocab_size = store.tokenizer.vocab_size
+    if tc.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.manual_seed(tc.seed + dist.rank)
+    model = build_model(cfg.model)
+    meta, state = None, None
+    if resume:
+        meta, state = ckpt.resume(out, model)
+        if meta["config"]["model"] != asdict(cfg.model):
+            raise ValueError(f"{meta['path']}: model config differs from the resumed run's; keep the model settings")
+        if meta.get("data_fingerprint") not in (None, store.fingerprint) and dist.is_main:
+            say(f"warning: {data} is not the store this run started on")
+    elif ckpt.list_checkpoints(out):
+        raise FileExistsError(f"{out} already has checkpoints: add --resume to continue it, or choose a new --out")
+    model.grad_checkpoint = tc.grad_checkpoint
+    model.to(device)
+    opt = _optimizer(model, tc, device)
+    precision = resolve_precision(tc.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    step = meta["step"] if meta else 0
+    s = Session(cfg, out, dist, precision, store, model, model, opt, scaler, None, step,
+                horizon=state["horizon"] if state else (tc.lr_horizon or tc.max_steps),
+                best=meta.get("best_valid_loss") if meta else None)
+    if state is not None:
+        _restore(s, state)
+    if dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        s.fwd = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if tc.compile:
+        s.fwd = torch.compile(s.fwd)
+    s.loader = _loader(store, cfg, step, dist)
+    if store.split("valid"):
+        s.valid_windows = fixed_windows(store, "valid", cfg.model.context, tc.eval_windows)
+        s.unigram = store.unigram_nll("valid")
+    return s
+
+
+def _optimizer(model: torch.nn.Module, tc, device) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not biases, norms or relative-position tables)."""
+    def decays(name: str, p) -> bool:
+        return p.dim() >= 2 and "rel" not in name.split(".")[-1]
+
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if decays(n, p)], "weight_decay": tc.weight_decay},
+              {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
+    # fused AdamW exists for CUDA and (since torch 2.4) CPU: one kernel instead of a loop of ops
+    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), **fused)
+
+
+def _restore(s: Session, state: dict) -> None:
+    s.opt.load_state_dict(state["optimizer"])
+    s.scaler.load_state_dict(state["scaler"])
+    rank = s.dist.rank
+    torch.set_rng_state(state["rng_cpu"][rank % len(state["rng_cpu"])])
+    if s.device.type == "cuda" and state.get("rng_cuda"):
+        torch.cuda.set_rng_state(state["rng_cuda"][rank % len(state["rng_cuda"])], s.device)
+
+
+def _loader(store: TokenStore, cfg: RunConfig, start_step: int, dist: DistInfo):
+    tc = cfg.train
+    ds = WindowDataset(store, "train", cfg.model.context, seed=tc.seed, transpose=tc.transpose, stretch=tc.stretch)
+    sampler = StepSampler(tc.batch_size, start_step, dist.rank, dist.world_size, tc.grad_accum)
+    # The loader gets its own generator: creating an iterator draws a seed, and drawing it from the
+    # global RNG would shift the dropout masks of a resumed run.
+    return iter(DataLoader(ds, batch_size=tc.batch_size, sampler=sampler, num_workers=tc.num_workers,
+                           pin_memory=dist.device.type == "cuda", persistent_workers=tc.num_workers > 0,
+                           generator=torch.Generator().manual_seed(tc.seed)))
+
+
+def _run_meta(s: Session, data, command: str | None) -> dict[str, Any]:
+    return {"command": command or command_line(), "data": str(data), "data_fingerprint": s.store.fingerprint,
+            "tokenizer": s.store.manifest["tokenizer"], "environment": _environment(),
+            "parameters": count_parameters(s.raw), "precision": s.precision, "device": str(s.device),
+            "world_size": s.dist.world_size}
+
+
+def _announce(s: Session) -> None:
+    m = s.cfg.model
+    kind = f"{m.model}/{m.attention}" if m.model == "transformer" else m.model
+    say(f"cadenza train: {kind} {count_parameters(s.raw) / 1e6:.2f}M parameters, {s.device}, {s.precision}, "
+        f"world {s.dist.world_size}, {s.store.totals['splits']['train']['tokens']:,} train tokens"
+        + (f", unigram baseline {s.unigram:.3f} nats/token" if s.unigram is not None else ""))
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+def _loop(s: Session, progress: bool) -> TrainResult:
+    tc = s.cfg.train
+    tokens_per_step = tc.batch_size * tc.grad_accum * s.dist.world_size * s.cfg.model.context
+    budget = tc.max_minutes * 60 if tc.max_minutes else None
+    t0, resumed = time.time(), s.step > 0
+    valid_loss, loss, stopped_by, last_ckpt, t10 = None, float("nan"), "max_steps", None, None
+    bar = _progress(progress, s.step, s.horizon)
+    with StopRequest() as stop:
+        s.raw.train()
+        while s.step < tc.max_steps:
+            ts = time.time()
+            loss, gnorm, lr = _train_step(s)
+            dt = time.time() - ts
+            if budget and not resumed:  # a time-bounded run ends its cosine schedule with the budget
+                t10 = t10 or (time.time() if s.step == 10 else None)
+                if s.step == 30 and t10:
+                    _fit_horizon(s, budget - (time.time() - t0), (time.time() - t10) / 20, bar)
+            reason = _stop_reason(s, stop, budget is not None and time.time() - t0 >= budget)
+            if s.log is not None:
+                s.log.step({"step": s.step, "loss": loss, "lr": lr, "grad_norm": gnorm,
+                            "tokens_per_s": tokens_per_step / dt}, s.device)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_step / dt:,.0f}",
+                                **({"valid": f"{valid_loss:.3f}"} if valid_loss is not None else {}))
+            final = s.step >= tc.max_steps or reason is not None
+            evaluated = s.dist.is_main and s.valid_windows is not None and (s.step % tc.eval_every == 0 or final)
+            if evaluated:
+                valid_loss = _evaluate(s)
+            if s.step % tc.save_every == 0 or final:
+                last_ckpt = _save(s, loss, valid_loss if evaluated else None) or last_ckpt
+            if reason is not None:
+                stopped_by = reason
+                break
+    if bar is not None:
+        bar.close()
+    if s.dist.is_main:
+        msg = f"step {s.step}: train loss {loss:.3f}"
+        if valid_loss is not None:
+            msg += f", valid NLL {valid_loss:.3f} nats/token (unigram baseline {s.unigram:.3f})"
+        say(msg + (f"; checkpoint {last_ckpt}" if last_ckpt else ""))
+    return TrainResult(s.out, s.step, loss, valid_loss, s.best, s.unigram, last_ckpt, stopped_by, stop.signum)
+
+
+def _train_step(s: Session) -> tuple[float, float, float]:
+    """One optimizer step over `grad_accum` micro-batches. -> (loss, gradient norm, learning rate)."""
+    tc = s.cfg.train
+    lr = lr_at(s.step, tc, s.horizon)
+    for g in s.opt.param_groups:
+        g["lr"] = lr
+    loss_sum = 0.0
+    for micro in range(tc.grad_accum):
+        x, y = inputs_targets(next(s.loader).to(s.device, non_blocking=True), s.store.tokenizer.pad_id)
+        if s.dist.enabled:  # gradients are averaged across ranks on the last micro-step only
+            s.fwd.require_backward_grad_sync = micro == tc.grad_accum - 1
+        with autocast(s.device, s.precision):
+            _, loss = s.fwd(x, y)
+        if not torch.isfinite(loss):
+            raise NonFiniteLoss(f"loss became {float(loss.detach())} at step {s.step + 1} (lr {lr:.2e}); "
+                                "lower the learning rate or use --precision fp32/bf16, then resume from "
+                                f"the last checkpoint in {s.out / ckpt.CKPT}")
+        s.scaler.scale(loss / tc.grad_accum).backward()
+        loss_sum += float(loss.detach()) / tc.grad_accum
+    s.scaler.unscale_(s.opt)
+    gnorm = float(torch.nn.utils.clip_grad_norm_(s.raw.parameters(), tc.grad_clip))
+    s.scaler.step(s.opt)
+    s.scaler.update()
+    s.opt.zero_grad(set_to_none=True)
+    s.step += 1
+    return loss_sum, gnorm, lr
+
+
+def _fit_horizon(s: Session, remaining: float, per_step: float, bar) -> None:
+    """End the cosine schedule where the time budget will end. Steps 10-30 are timed because the
+    first ones pay for warm-up (allocations, kernel choice)."""
+    tc = s.cfg.train
+    s.horizon = max(tc.warmup_steps + 1, min(tc.max_steps, s.step + int(remaining / (per_step * 1.08))))
+    if bar is not None:
+        bar.total = s.horizon
+
+
+def _stop_reason(s: Session, stop: StopRequest, out_of_time: bool) -> str | None:
+    """Why to stop after this step (a signal, the time budget, no progress on validation), agreed
+    by every rank so that all of them save and leave together."""
+    tc = s.cfg.train
+    reason = ("signal" if stop.requested else "max_minutes" if out_of_time
+              else "early_stop" if tc.patience and s.since_best >= tc.patience else None)
+    if s.dist.enabled:
+        codes = ("signal", "max_minutes", "early_stop")
+        flag = torch.tensor([float(codes.index(reason) + 1) if reason else 0.0], device=s.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        reason = codes[int(flag.item()) - 1] if flag.item() > 0 else None
+    return reason
+
+
+@torch.no_grad()
+def window_loss(model, windows: torch.Tensor, pad_id: int, device, precision: str, batch: int = 16) -> float:
+    """Mean NLL per target token (nats) over fixed windows."""
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        x, y = inputs_targets(windows[i:i + batch].to(device), pad_id)
+        with autocast(device, precision):
+            _, loss = model(x, y)
+        n = int((y != IGNORE_INDEX).sum())
+        total += float(loss) * n
+        count += n
+    model.train()
+    return total / max(count, 1)
+
+
+def _evaluate(s: Session) -> float:
+    loss = window_loss(s.raw, s.valid_windows, s.store.tokenizer.pad_id, s.device, s.precision)
+    improved = s.best is None or loss < s.best
+    s.best = loss if improved else s.best
+    s.since_best = 0 if improved else s.since_best + 1
+    s.log.valid(s.step, loss)
+    if s.cfg.train.sample_tokens:
+        from cadenza.training.preview import log_sample
+
+        log_sample(s.log.tb, s.raw, s.store.tokenizer, s.step, s.cfg.train.sample_tokens, s.device)
+    return loss
+
+
+def _save(s: Session, train_loss: float, valid_loss: float | None) -> Path | None:
+    """Write a checkpoint on the main process; every rank hands over its RNG state for it."""
+    state = {"optimizer": s.opt.state_dict(), "scaler": s.scaler.state_dict(), "horizon": s.horizon,
+             "rng_cpu": _gather(s.dist, torch.get_rng_state()),
+             "rng_cuda": _gather(s.dist, torch.cuda.get_rng_state(s.device)) if s.device.type == "cuda" else []}
+    if not s.dist.is_main:
+        return None
+    meta = {"config": s.cfg.to_dict(), "tokenizer": s.store.manifest["tokenizer"], "lr_horizon": s.horizon,
+            "valid_loss": valid_loss, "best_valid_loss": s.best, "train_loss": train_loss, **s.run_meta}
+    return ckpt.save_checkpoint(s.out, s.step, s.raw, meta, state, s.cfg.train.keep_last)
+
+
+def _gather(dist: DistInfo, mine: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's RNG state (dropout masks differ per rank), collected for rank 0's checkpoint."""
+    if not dist.enabled:
+        return [mine]
+    out = [None] * dist.world_size
+    torch.distributed.all_gather_object(out, mine)
+    return out
+
+
+def _environment() -> dict:
+    from cadenza.env.doctor import doctor_summary
+
+    return doctor_summary()
+
+
+def _progress(enabled: bool, start: int, total: int):
+    if not enabled:
+        return None
+    import sys
+
+    from tqdm import tqdm
+
+    # In a log file (no terminal) one line every 30 s, not one per step.
+    return tqdm(total=total, initial=start, unit="step", desc="train", file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.1 if sys.stderr.isatty() else 30)

@@ -1,0 +1,71 @@
+"""Built-in corpora: converted once with music21 (no network), cached, failures named."""
+
+from __future__ import annotations
+
+import pytest
+
+import cadenza.data.corpora as C
+
+TUNES = """X:1
+T:First
+M:4/4
+L:1/4
+K:C
+C D E F | G A B c |]
+
+X:2
+T:Second
+M:3/4
+L:1/4
+K:G
+G A B | d2 B |]
+"""
+
+
+@pytest.fixture
+def fake_corpus(tmp_path, monkeypatch):
+    root = tmp_path / "m21corpus"
+    (root / "fakefolk").mkdir(parents=True)
+    (root / "fakefolk" / "tunes.abc").write_text(TUNES)
+    (root / "fakefolk" / "broken.abc").write_bytes(b"\x00\x01 not abc at all \xff")
+    monkeypatch.setattr(C, "_music21_corpus_root", lambda: root)
+    monkeypatch.setitem(C.CORPORA, "fake", C.Corpus("fake", "fakefolk", (".abc",), "test corpus"))
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path / "cache"))
+    return root
+
+
+
+
+def _must_not_convert_marked(args):
+    import json
+    from pathlib import Path
+
+    src, out = args
+    marker = Path(out) / f".{C._key(Path(src))}.done.json"
+    assert marker.exists(), f"{src} converted twice"
+    return json.loads(marker.read_text())
+
+
+def test_materialize_converts_caches_and_names_failures(fake_corpus, tmp_path, monkeypatch):
+    res = C.materialize("fake", workers=1, progress=False)
+    names = sorted(p.name for p in res.midi)
+    assert names == ["tunes.abc-0000.mid", "tunes.abc-0001.mid"]
+    assert all(p.stat().st_size > 0 and p.parent == tmp_path / "cache" / "corpora" / "fake" for p in res.midi)
+    assert [f["source"] for f in res.failures] == ["broken.abc"]
+    assert "music21 cannot parse it" in res.failures[0]["reason"]
+    # the second call converts nothing: it must not even parse the sources again
+    monkeypatch.setattr(C, "_convert_source", _must_not_convert_marked)
+    again = C.materialize("fake", workers=1, progress=False)
+    assert sorted(p.name for p in again.midi) == names and len(again.failures) == 1
+
+
+def test_unknown_corpus_lists_the_known_ones():
+    with pytest.raises(KeyError, match="available: bach, essen"):
+        C.materialize("nope")
+
+
+def test_builtin_corpora_exist_in_music21():
+    for name in ("bach", "essen"):
+        files = C.source_files(C.CORPORA[name])
+        assert len(files) > 25
+    assert len(C.source_files(C.CORPORA["bach"])) >= 400
