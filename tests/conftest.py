@@ -72,6 +72,37 @@ def midi_folder(tmp_path_factory) -> Path:
     return d
 
 
+TUNES = """X:1
+T:First
+M:4/4
+L:1/4
+K:C
+C D E F | G A B c |]
+
+X:2
+T:Second
+M:3/4
+L:1/4
+K:G
+G A B | d2 B |]
+"""
+
+
+@pytest.fixture
+def fake_corpus(tmp_path, monkeypatch):
+    """A built-in corpus named "fake": two ABC tunes and one file music21 cannot parse."""
+    import cadenza.data.corpora as C
+
+    root = tmp_path / "m21corpus"
+    (root / "fakefolk").mkdir(parents=True)
+    (root / "fakefolk" / "tunes.abc").write_text(TUNES)
+    (root / "fakefolk" / "broken.abc").write_bytes(b"\x00\x01 not abc at all \xff")
+    monkeypatch.setattr(C, "_music21_corpus_root", lambda: root)
+    monkeypatch.setitem(C.CORPORA, "fake", C.Corpus("fake", "fakefolk", (".abc",), "test corpus"))
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path / "cache"))
+    return root
+
+
 @pytest.fixture
 def tokenizer():
     from cadenza.data.tokenizers import PerformanceTokenizer

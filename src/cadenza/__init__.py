@@ -15,21 +15,15 @@ The public API is one function per command-line verb::
 
 __version__ = "0.1.0"
 
-# name -> (module, attribute); imported on first use so `import cadenza` (and the CLI) starts fast.
-_LAZY = {
-    "prepare": ("cadenza.data.prepare", "prepare"),
-    "list_corpora": ("cadenza.data.corpora", "list_corpora"),
-    "train": ("cadenza.training.trainer", "train"),
-    "RunConfig": ("cadenza.training.config", "RunConfig"),
-    "resolve_config": ("cadenza.training.config", "resolve"),
-    "generate": ("cadenza.generation.generate", "generate"),
-    "SamplingConfig": ("cadenza.generation.config", "SamplingConfig"),
-    "render": ("cadenza.listen.render", "render"),
-    "evaluate": ("cadenza.evaluation.report", "evaluate"),
-    "benchmark": ("cadenza.bench.run", "benchmark"),
-    "doctor": ("cadenza.env.doctor", "doctor"),
-    "run_demo": ("cadenza.demo", "run_demo"),
-}
+# public name -> the module that defines it, imported on first use so `import cadenza` (and the
+# CLI) starts fast
+_LAZY = {name: module for module, names in (
+    ("cadenza.data.prepare", "prepare"), ("cadenza.data.corpora", "list_corpora"),
+    ("cadenza.training.trainer", "train"), ("cadenza.generation.generate", "generate"),
+    ("cadenza.generation.config", "SamplingConfig"), ("cadenza.listen.render", "render"),
+    ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
+    ("cadenza.env.doctor", "doctor"), ("cadenza.demo", "run_demo"),
+) for name in names.split()}
 
 __all__ = ["__version__", *_LAZY]
 
@@ -38,8 +32,7 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'cadenza' has no attribute {name!r}")

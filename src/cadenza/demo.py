@@ -16,13 +16,16 @@ def _say(msg: str) -> None:
     print(f"\n== {msg}", flush=True)
 
 
-def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int = 0) -> int:
-    from cadenza.data.prepare import prepare
-    from cadenza.data.store import StoreError, TokenStore
-    from cadenza.evaluation.memorisation import RunFinder
-    from cadenza.evaluation.metrics import compare_sets
-    from cadenza.evaluation.report import reference_notes
-    from cadenza.generation.generate import generate
+METRICS = ("pitch_range", "n_pitch_classes_used", "scale_consistency", "polyphony", "note_density",
+           "mean_note_duration", "pitch_class_entropy")
+# Chorale-shaped decoding: at most 5 voices, no note held past 4 s (a fermata is ~2 s).
+CHORALE = {"max_polyphony": 5, "max_note_seconds": 4.0, "stop_at_eos": False, "top_p": 0.95}
+
+
+def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float = 24.0, seed: int = 0) -> int:
+    """The whole pipeline on the Bach chorales; returns 0 when the model beats the unigram baseline."""
+    import shutil
+
     from cadenza.listen.render import render_file
     from cadenza.training.config import resolve
     from cadenza.training.trainer import train
@@ -30,54 +33,20 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
     t0 = time.time()
     out = Path(out)
     data, run, samples = out / "data", out / "run", out / "samples"
-
     _say("1/5 prepare: the Bach chorales from music21's bundled corpus (no download)")
-    try:
-        store = TokenStore(data)
-        print(f"using the existing store in {data}")
-    except StoreError:
-        res = prepare(out=data, corpus="bach")
-        store = res.store
-        print(res.summary())
-
+    store = _bach_store(data)
     _say(f"2/5 train: the tiny Music Transformer for {minutes:g} minutes")
-    import shutil
-
     shutil.rmtree(run, ignore_errors=True)  # a demo always starts from scratch
     cfg = resolve("tiny", None, [f"seed={seed}"], max_minutes=minutes)
     result = train(cfg, data, run, command=f"cadenza demo --out {out} --minutes {minutes:g}")
-
     _say("3/5 generate: 2 free chorales and 2 continuations of held-out chorale openings")
-    # Chorale-shaped decoding: at most 5 voices, no note held past 4 s (a fermata is ~2 s).
-    shape = {"max_polyphony": 5, "max_note_seconds": 4.0, "stop_at_eos": False, "top_p": 0.95}
-    free = generate(run, num_samples=2, seconds=seconds, seed=seed, out=samples / "free", **shape)
-    held_out = [p.source for p in store.split("test")][:2]
-    cont = []
-    for i, src in enumerate(held_out):
-        cont.append(generate(run, primer=src, primer_seconds=8.0, num_samples=1, seconds=seconds,
-                             seed=seed + 1 + i, out=samples / f"continued-{i}", **shape))
-
+    free, continued = _chorales(run, store, samples, seconds, seed)
     _say("4/5 render: WAV and piano rolls")
-    midi = free.paths + [p for g in cont for p in g.paths]
-    rendered = [render_file(p, wav=True, png=True) for p in midi]
-
+    rendered = [render_file(p, wav=True, png=True) for p in free + continued]
     _say("5/5 evaluate")
-    from cadenza.data.midi import read_notes
-
-    gen_notes = [read_notes(p)[0] for p in midi]
-    metrics = compare_sets(gen_notes, reference_notes(store, "train"),
-                           names=["pitch_range", "n_pitch_classes_used", "scale_consistency", "polyphony",
-                                  "note_density", "mean_note_duration", "pitch_class_entropy"])
-    finder = RunFinder([store[p.index] for p in store.split("train")])
-    longest = max(finder.longest_common_run(store.tokenizer.encode(p).ids).length for p in free.paths)
-
     print(f"\nvalid NLL {result.valid_loss:.3f} nats/token vs unigram baseline {result.unigram_nll:.3f} "
           f"({result.step} steps, best {result.best_valid_loss:.3f})")
-    print(f"\n| {'metric':<22} | {'samples':>9} | {'Bach':>9} | {'overlap':>7} |")
-    print(f"|{'-' * 24}|{'-' * 11}|{'-' * 11}|{'-' * 9}|")
-    for name, m in metrics.items():
-        print(f"| {name:<22} | {m['generated_mean']:>9.3f} | {m['reference_mean']:>9.3f} | {m['overlap']:>7.2f} |")
-    print(f"\nlongest token run a free sample copies from a training chorale: {longest} tokens")
+    _report(store, free, continued)
     print("\nwrote:")
     print(f"  token store   {data}")
     print(f"  run           {run}  (tensorboard --logdir {run / 'tb'})")
@@ -85,6 +54,50 @@ def run_demo(out: Path, minutes: float = 4.0, seconds: float = 24.0, seed: int =
         print("  " + "  ".join(str(p) for p in files.values()))
     print(f"\ndemo finished in {(time.time() - t0) / 60:.1f} minutes")
     return 0 if result.valid_loss is not None and result.valid_loss < result.unigram_nll else 1
+
+
+def _bach_store(data: Path):
+    from cadenza.data.prepare import prepare
+    from cadenza.data.store import StoreError, TokenStore
+
+    try:
+        store = TokenStore(data)
+        print(f"using the existing store in {data}")
+        return store
+    except StoreError:
+        res = prepare(out=data, corpus="bach")
+        print(res.summary())
+        return res.store
+
+
+def _chorales(run: Path, store, samples: Path, seconds: float, seed: int) -> tuple[list[Path], list[Path]]:
+    """Two free chorales, and continuations of the openings of two held-out (test) chorales."""
+    from cadenza.generation.generate import generate
+
+    free = generate(run, num_samples=2, seconds=seconds, seed=seed, out=samples / "free", **CHORALE).paths
+    continued = []
+    for i, piece in enumerate(store.split("test")[:2]):
+        continued += generate(run, primer=piece.source, primer_seconds=8.0, num_samples=1, seconds=seconds,
+                              seed=seed + 1 + i, out=samples / f"continued-{i}", **CHORALE).paths
+    return free, continued
+
+
+def _report(store, free: list[Path], continued: list[Path]) -> None:
+    """Musical metrics of the samples against the training chorales, and the longest copied run."""
+    from cadenza.data.midi import read_notes
+    from cadenza.evaluation.memorisation import RunFinder
+    from cadenza.evaluation.metrics import compare_sets
+    from cadenza.evaluation.report import reference_notes
+
+    metrics = compare_sets([read_notes(p)[0] for p in free + continued], reference_notes(store, "train"),
+                           names=METRICS)
+    finder = RunFinder([store[p.index] for p in store.split("train")])
+    longest = max(finder.longest_common_run(store.tokenizer.encode(p).ids).length for p in free)
+    print(f"\n| {'metric':<22} | {'samples':>9} | {'Bach':>9} | {'overlap':>7} |")
+    print(f"|{'-' * 24}|{'-' * 11}|{'-' * 11}|{'-' * 9}|")
+    for name, m in metrics.items():
+        print(f"| {name:<22} | {m['generated_mean']:>9.3f} | {m['reference_mean']:>9.3f} | {m['overlap']:>7.2f} |")
+    print(f"\nlongest token run a free sample copies from a training chorale: {longest} tokens")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,10 +40,10 @@ def describe_range(meta: dict) -> str:
     """'in (0, 1]', '>= 1', 'one of fp32, bf16': the words a message uses for a declared range."""
     if meta.get("choices"):
         return "one of " + ", ".join(map(str, meta["choices"]))
-    lo = (f"({meta['gt']:g}" if meta.get("gt") is not None else f"[{meta['ge']:g}" if meta.get("ge") is not None
-          else None)
-    hi = (f"{meta['lt']:g})" if meta.get("lt") is not None else f"{meta['le']:g}]" if meta.get("le") is not None
-          else None)
+    lo = (f"({_num(meta['gt'])}" if meta.get("gt") is not None else f"[{_num(meta['ge'])}"
+          if meta.get("ge") is not None else None)
+    hi = (f"{_num(meta['lt'])})" if meta.get("lt") is not None else f"{_num(meta['le'])}]"
+          if meta.get("le") is not None else None)
     if lo and hi:
         return f"in {lo}, {hi}"
     if lo:
@@ -51,6 +51,10 @@ def describe_range(meta: dict) -> str:
     if hi:
         return ("<= " if hi[-1] == "]" else "< ") + hi[:-1]
     return ""
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
 def check_value(name: str, value: Any, meta: dict) -> None:

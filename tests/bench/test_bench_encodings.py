@@ -133,8 +133,16 @@ def test_frames_decode_repairs_and_never_raises_on_garbage():
     rng = np.random.default_rng(2)
     for n in (0, 1, 2, 17, 300):
         for _ in range(10):
-            score, report = tok.decode(rng.integers(0, tok.vocab_size, n))
-            assert report.as_dict()["repairs"] >= 0
+            ids = rng.integers(0, tok.vocab_size, n)
+            roll, report = tok.decode_roll_report(ids)
+            eos = np.flatnonzero(ids == tok.eos_id)
+            content = ids[: eos[0] if eos.size else n]
+            content = content[content <= tok.frame_end_id]
+            open_frame = content.size and content[-1] != tok.frame_end_id
+            assert roll.shape[0] == np.count_nonzero(content == tok.frame_end_id) + open_frame
+            assert (tok.decode_roll(tok.encode_roll(roll)) == roll).all()  # the repaired roll is canonical
+            assert report.repairs == report.closed_at_end + sum(report.extra.values())
+            assert tok.decode(ids)[0].note_num() == tok.decode(tok.encode_roll(roll))[0].note_num()
     with pytest.raises(TokenizerError, match="outside the vocabulary"):
         tok.decode([0, 92])
 

@@ -28,12 +28,37 @@ def test_adapter_round_trips_pitches_and_rebuilds_from_config(kind, midi_folder)
     assert np.array_equal(again.encode(f).ids, enc.ids)
 
 
-def test_adapter_decodes_garbage_without_raising():
+def test_adapter_decodes_garbage_into_playable_notes():
+    """A model's raw output never crashes decoding, and what comes out is real music: pitches in
+    MidiTok's range, positive durations, and specials skipped and counted."""
     tok = get_tokenizer("miditok:REMI")
     rng = np.random.default_rng(0)
+    notes_seen = 0
     for _ in range(50):
-        score, report = tok.decode(rng.integers(0, tok.vocab_size, 200))
-        assert score is not None
+        ids = rng.integers(0, tok.vocab_size, 200)
+        score, report = tok.decode(ids)
+        notes = [n for t in score.tracks for n in t.notes]
+        notes_seen += len(notes)
+        assert all(21 <= n.pitch <= 108 and n.duration > 0 for n in notes)
+        eos = np.flatnonzero(ids == tok.eos_id)
+        body = ids[: eos[0]] if eos.size else ids
+        assert report.special_tokens == np.isin(body, [tok.pad_id, tok.bos_id, tok.eos_id]).sum()
+    assert notes_seen > 0
+
+
+def test_adapter_refuses_multi_vocabulary_tokenizers_and_reports_decode_failures(monkeypatch):
+    from cadenza.data.tokenizers import TokenizerError
+
+    with pytest.raises(TokenizerError, match="one id per token"):
+        get_tokenizer("miditok:CPWord")
+    tok = get_tokenizer("miditok:REMI")
+
+    def broken(seqs):
+        raise KeyError("Bar_None")
+
+    monkeypatch.setattr(tok.miditok, "decode", broken)
+    with pytest.raises(TokenizerError, match="MidiTok REMI cannot decode these 3 ids.*Bar_None"):
+        tok.decode([5, 6, 7])
 
 
 def test_store_with_a_miditok_tokenizer(midi_folder, tmp_path):

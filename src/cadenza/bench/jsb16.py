@@ -17,8 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cadenza.bench.scoring import BenchDataError, BenchScore, aligned_nll, file_sha256, score_pieces
-from cadenza.data.store import SPLITS, StoreWriter, TokenStore
+from cadenza.bench.common import BenchDataError, BenchScore, aligned_nll, data_file, score_pieces, write_store
+from cadenza.data.store import SPLITS, TokenStore
 from cadenza.data.tokenizers.satb import N_VOICES, SATBTokenizer
 
 FILENAME = "Jsb16thSeparated.npz"
@@ -32,10 +32,7 @@ PUBLISHED: dict[str, dict[str, float]] = {
 
 def load_npz(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
     """{"train" | "valid" | "test": [float64 (T, 4) pitch grids, NaN = rest]}, in file order."""
-    path = Path(path)
-    if not path.is_file():
-        raise BenchDataError(f"{path}: no such file (download {FILENAME} from czhuang/JSB-Chorales-dataset; "
-                             "see docs/benchmarks-polyphonic.md)")
+    path = data_file(path, f"download {FILENAME} from czhuang/JSB-Chorales-dataset")
     try:
         # The public file stores each split as an object array of per-chorale arrays, written by
         # Python 2: loading it needs pickle and latin1. Only this known file is loaded this way;
@@ -78,25 +75,7 @@ def build_store(npz_path: str | os.PathLike, out_dir: str | os.PathLike,
     npz_path = Path(npz_path)
     data = load_npz(npz_path)
     tok = tokenizer or SATBTokenizer()
-    writer = StoreWriter(out_dir, tok)
-    try:
-        for split in SPLITS:
-            for i, grid in enumerate(data[split]):
-                try:
-                    enc = tok.encode(grid)
-                except ValueError as e:
-                    raise BenchDataError(f"{npz_path}: {split}[{i}]: {e}") from None
-                writer.add(enc.ids, source=f"{npz_path.name}:{split}:{i}", sha256=grid_sha256(grid),
-                           notes=enc.notes, seconds=grid.shape[0] * tok.step_seconds,
-                           steps=int(grid.shape[0]), split=split)
-    except BaseException:
-        writer.abort()
-        raise
-    bench = {"name": "jsb16", "file": npz_path.name, "file_sha256": file_sha256(npz_path),
-             "splits": "official",
-             "steps": {s: int(sum(g.shape[0] for g in data[s])) for s in SPLITS}}
-    writer.close([], valid_fraction=0.0, test_fraction=0.0, extra={"benchmark": bench})
-    return TokenStore(out_dir)
+    return write_store(out_dir, tok, data, npz_path, grid_sha256, "steps", {"name": "jsb16"})
 
 
 def per_token_nll(token_nll, ids, tokenizer: SATBTokenizer, label: str = "piece") -> tuple[float, int]:

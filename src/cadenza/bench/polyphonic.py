@@ -19,8 +19,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cadenza.bench.scoring import BenchDataError, BenchScore, aligned_nll, file_sha256, score_pieces
-from cadenza.data.store import SPLITS, StoreWriter, TokenStore
+from cadenza.bench.common import BenchDataError, BenchScore, aligned_nll, data_file, score_pieces, write_store
+from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers.frames import FrameTokenizer
 
 DATASETS = {"jsb": "JSB_Chorales.mat", "nottingham": "Nottingham.mat", "musedata": "MuseData.mat",
@@ -58,10 +58,7 @@ def load_mat(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
     """{"train" | "valid" | "test": [bool (T, 88) rolls]} of one benchmark .mat file, in file order."""
     from scipy.io import loadmat
 
-    path = Path(path)
-    if not path.is_file():
-        raise BenchDataError(f"{path}: no such file (download it from the Boulanger-Lewandowski 2012 "
-                             "data page; see docs/benchmarks-polyphonic.md)")
+    path = data_file(path, "download it from the Boulanger-Lewandowski 2012 data page")
     try:
         mat = loadmat(path)
     except Exception as e:  # scipy raises several types for a file that is not MATLAB
@@ -98,22 +95,7 @@ def build_store(mat_path: str | os.PathLike, out_dir: str | os.PathLike,
     key = dataset_key(mat_path)
     data = load_mat(mat_path)
     tok = FrameTokenizer(LOW_KEY, N_KEYS, frame_seconds or FRAME_SECONDS[key])
-    writer = StoreWriter(out_dir, tok)
-    try:
-        for split in SPLITS:
-            for i, roll in enumerate(data[split]):
-                enc = tok.encode(roll)
-                writer.add(enc.ids, source=f"{mat_path.name}:{split}:{i}", sha256=roll_sha256(roll),
-                           notes=enc.notes, seconds=roll.shape[0] * tok.frame_seconds,
-                           frames=int(roll.shape[0]), split=split)
-    except BaseException:
-        writer.abort()
-        raise
-    bench = {"name": "polyphonic", "dataset": key, "file": mat_path.name,
-             "file_sha256": file_sha256(mat_path),
-             "splits": "official", "frames": {s: int(sum(r.shape[0] for r in data[s])) for s in SPLITS}}
-    writer.close([], valid_fraction=0.0, test_fraction=0.0, extra={"benchmark": bench})
-    return TokenStore(out_dir)
+    return write_store(out_dir, tok, data, mat_path, roll_sha256, "frames", {"name": "polyphonic", "dataset": key})
 
 
 # ---- scoring ---------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from cadenza.cli.common import add_verb
+from cadenza.env import PRECISIONS
+
 EPILOG = """examples:
   cadenza bench polyphonic --dataset jsb --data JSB_Chorales.mat --out runs/jsb --max-minutes 20
   cadenza bench polyphonic --dataset jsb --data JSB_Chorales.mat --evaluate runs/jsb
@@ -15,10 +18,9 @@ DIRECT = ("max_minutes", "max_steps", "transpose", "seed", "precision")
 
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench", help="reproduce the published polyphonic-music benchmarks",
-                       description="Train on a benchmark's official training split, select on its validation "
-                                   "split, and report the test NLL beside the published table.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "bench", "reproduce the published polyphonic-music benchmarks",
+                 "Train on a benchmark's official training split, select on its validation split, and report the "
+                 "test NLL beside the published table.", epilog=EPILOG)
     p.add_argument("task", choices=["polyphonic", "jsb16"])
     p.add_argument("--dataset", choices=["jsb", "nottingham", "musedata", "piano"],
                    help="polyphonic: which data set (default: from the file name)")
@@ -33,7 +35,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--transpose", type=int, default=None, help="+- semitones of augmentation (0 = none)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="auto (cuda > mps > cpu), cpu, cuda, ... for training and scoring")
-    p.add_argument("--precision", default=None)
+    p.add_argument("--precision", choices=PRECISIONS, default=None)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     p.set_defaults(func=run)

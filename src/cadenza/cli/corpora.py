@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from cadenza.cli.common import add_verb
+
 
 def register(sub) -> argparse.ArgumentParser:
-    s = sub.add_parser("corpora", help="list the built-in corpora (no download needed)")
+    s = add_verb(sub, "corpora", "list the built-in corpora (no download needed)")
     s.set_defaults(func=run)
     return s
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+
+from cadenza.cli.common import add_verb
 from pathlib import Path
 
 
 def register(sub) -> argparse.ArgumentParser:
-    s = sub.add_parser("demo", help="the whole pipeline on the Bach chorales, offline")
+    s = add_verb(sub, "demo", "the whole pipeline on the Bach chorales, offline")
     s.add_argument("--out", default="runs/demo", help="folder for everything the demo writes")
     s.add_argument("--minutes", type=float, default=4.0, help="training time budget")
     s.set_defaults(func=run)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+
+from cadenza.cli.common import add_verb
+from cadenza.env import PRECISIONS
 import json
 
 
 def register(sub) -> argparse.ArgumentParser:
-    s = sub.add_parser("doctor", help="check Python, torch, CUDA, driver, GPUs and container; say how to fix",
-                       description="Report the environment and diagnose what would break training on the "
-                                   "requested device. Exit code 1 when something blocks it.")
+    s = add_verb(sub, "doctor", "check Python, torch, CUDA, driver, GPUs and container; say how to fix",
+                 "Report the environment and diagnose what would break training on the requested device. Exit code "
+                 "1 when something blocks it.")
     s.add_argument("--json", action="store_true", help="print one JSON object (report + diagnoses)")
     s.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto",
                    help="device training will use (auto: cuda when an NVIDIA GPU is present)")
-    s.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None,
+    s.add_argument("--precision", choices=PRECISIONS[1:], default=None,
                    help="precision training will use (checks bf16 support)")
     s.add_argument("--no-smoke", action="store_true", help="skip the GPU smoke test")
     s.set_defaults(func=run)

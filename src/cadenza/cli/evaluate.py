@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from cadenza.cli.common import add_verb
+
 EPILOG = """examples:
   cadenza evaluate --checkpoint runs/bach --data data/bach --split test
   cadenza evaluate --samples samples/ --reference data/bach"""
 
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("evaluate", help="NLL on held-out data, or musical metrics of generated samples",
-                       description="With --checkpoint and --data: NLL per token (nats, bits) and perplexity over "
-                                   "a whole split, every token scored once with context. With --samples and "
-                                   "--reference: musical metrics of the samples against the reference set, the "
-                                   "overlapping area of their distributions, and a memorisation check.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "evaluate", "NLL on held-out data, or musical metrics of generated samples",
+                 "With --checkpoint and --data: NLL per token (nats, bits) and perplexity over a whole split, "
+                 "every token scored once with context. With --samples and --reference: musical metrics of the "
+                 "samples against the reference set, the overlapping area of their distributions, and a "
+                 "memorisation check.", epilog=EPILOG)
     p.add_argument("--checkpoint", help="run folder or checkpoint folder")
     p.add_argument("--data", help="token store to score")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from cadenza.cli.common import add_verb
+
 EPILOG = """examples:
   cadenza generate --checkpoint runs/bach --num-samples 4 --seconds 30 --out samples/
   cadenza generate --checkpoint runs/bach --primer opening.mid --primer-seconds 8 --top-p 0.95 --render
 the same --seed gives the same MIDI, bit for bit, on the same machine."""
 
-# flag -> SamplingConfig field (the config validates every value and names the flag when one is off)
-SETTINGS = ("primer", "primer_seconds", "num_samples", "max_tokens", "seconds", "temperature", "top_k", "top_p",
-            "seed", "max_polyphony", "max_note_seconds", "batch_size")
-
-
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("generate", help="sample new music (or continue a primer) from a checkpoint",
-                       description="Sample MIDI from a trained checkpoint: a run folder (its best checkpoint) "
-                                   "or a checkpoint folder. Decoding is grammar-constrained by default, so every "
-                                   "note that starts also ends.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "generate", "sample new music (or continue a primer) from a checkpoint",
+                 "Sample MIDI from a trained checkpoint: a run folder (its best checkpoint) or a checkpoint "
+                 "folder. Decoding is grammar-constrained by default, so every note that starts also ends.", epilog=EPILOG)
     p.add_argument("--checkpoint", required=True, help="run folder or RUN/checkpoints/step-N")
     p.add_argument("--primer", help="a MIDI file to continue")
     p.add_argument("--primer-seconds", type=float, help="use only the primer's first S seconds")
@@ -47,9 +42,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    from dataclasses import fields
+
+    from cadenza.generation.config import SamplingConfig
     from cadenza.generation.generate import generate
 
-    settings = {k: getattr(a, k) for k in SETTINGS if getattr(a, k) is not None}
+    # each flag's dest is its SamplingConfig field, which validates it and names the flag when it is off
+    names = {f.name for f in fields(SamplingConfig)}
+    settings = {k: v for k, v in vars(a).items() if k in names and v is not None}
     if a.unconstrained:
         settings["constrained"] = False
     if a.no_eos:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from cadenza.cli.common import add_verb
+
 
 def register(sub) -> argparse.ArgumentParser:
-    s = sub.add_parser("prepare", help="tokenize MIDI files (or a built-in corpus) into a token store",
-                       description="Tokenize MIDI files, folders (searched recursively) or a built-in corpus "
-                                   "into a memory-mapped token store. Bad files are skipped and listed.")
+    s = add_verb(sub, "prepare", "tokenize MIDI files (or a built-in corpus) into a token store",
+                 "Tokenize MIDI files, folders (searched recursively) or a built-in corpus into a memory-mapped "
+                 "token store. Bad files are skipped and listed.")
     s.add_argument("inputs", nargs="*", help="MIDI files or folders")
     s.add_argument("--corpus", help="a built-in corpus instead of files (see `cadenza corpora`)")
     s.add_argument("--out", required=True, help="store folder to write")

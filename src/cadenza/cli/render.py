@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+
+from cadenza.cli.common import add_verb
 import sys
 
 
 def register(sub) -> argparse.ArgumentParser:
     from cadenza.listen.audio import BACKENDS, SAMPLE_RATE
 
-    s = sub.add_parser(
-        "render", help="MIDI -> WAV audio, piano-roll PNG, score PNG",
-        description="Render MIDI files to WAV (FluidSynth, else a built-in synthesizer), a piano-roll PNG "
-                    "and, with MuseScore 3 installed, a score PNG. With no --wav/--png/--score: WAV and PNG.")
+    s = add_verb(sub, "render", "MIDI -> WAV audio, piano-roll PNG, score PNG",
+                 "Render MIDI files to WAV (FluidSynth, else a built-in synthesizer), a piano-roll PNG and, with "
+                 "MuseScore 3 installed, a score PNG. With no --wav/--png/--score: WAV and PNG.")
     s.add_argument("files", nargs="+", metavar="FILE.mid", help="MIDI files")
     s.add_argument("--wav", action="store_true", help="write <name>.wav")
     s.add_argument("--png", action="store_true", help="write <name>.png, a piano roll")

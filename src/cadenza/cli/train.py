@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+
+from cadenza.cli.common import add_verb
+from cadenza.env import PRECISIONS
 import json
 
 EPILOG = """examples:
@@ -13,24 +16,17 @@ EPILOG = """examples:
 settings not covered by a flag: key=value (model.d_model=384, lr=3e-4, batch_size=32, ...);
 see `cadenza train --show-config` for all of them."""
 
-# flag -> setting; every one is a field of ModelConfig or TrainConfig
-DIRECT = ("model", "attention", "precision", "device", "max_steps", "max_minutes", "batch_size", "context",
-          "grad_checkpoint", "compile", "deterministic", "seed")
-
-
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("train", help="train a model on a token store (CPU, GPU, or many GPUs via torchrun)",
-                       description="Train a model on a token store made by `cadenza prepare`. The device and "
-                                   "precision are chosen automatically unless given; checkpoints go to "
-                                   "RUN/checkpoints, TensorBoard logs to RUN/tb.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "train", "train a model on a token store (CPU, GPU, or many GPUs via torchrun)",
+                 "Train a model on a token store made by `cadenza prepare`. The device and precision are chosen "
+                 "automatically unless given; checkpoints go to RUN/checkpoints, TensorBoard logs to RUN/tb.", epilog=EPILOG)
     p.add_argument("--data", help="token store folder (from `cadenza prepare`; with --resume: the run's own)")
     p.add_argument("--out", help="run folder to write (checkpoints, logs, config)")
     p.add_argument("--preset", default=None, help="model/training preset: tiny (default), small, base, large")
     p.add_argument("--model", choices=["transformer", "lstm"], default=None)
     p.add_argument("--attention", choices=["relative", "rope", "absolute"], default=None,
                    help="relative = Music Transformer (default), rope = rotary on fused attention kernels")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None)
+    p.add_argument("--precision", choices=PRECISIONS, default=None)
     p.add_argument("--device", default=None, help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--max-minutes", type=float, default=None, help="stop (and save) after this much wall time")
@@ -51,13 +47,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
-    from cadenza.training.config import resolve
+    from cadenza.training.config import resolve, setting_names
     from cadenza.training.trainer import train
 
     if a.resume and not a.out:
         raise ValueError("--resume needs --out, the run folder to continue")
-    cfg = resolve(a.preset or "tiny", a.config, a.overrides, run_dir=a.out if a.resume else None,
-                  **{k: getattr(a, k) for k in DIRECT})
+    # flags named after a model or training setting override it (key=value overrides come last)
+    direct = {k: v for k, v in vars(a).items() if k in setting_names()}
+    cfg = resolve(a.preset or "tiny", a.config, a.overrides, run_dir=a.out if a.resume else None, **direct)
     if a.show_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0

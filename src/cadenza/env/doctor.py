@@ -102,43 +102,64 @@ def _wheel_fix(r: dict, driver: str | None) -> str:
 
 def diagnose(report: dict, device: str = "auto", precision: str | None = None) -> list[Diagnosis]:
     """Findings in order of how much they block training on `device` at `precision`."""
-    r, t, out = report, report["torch"], []
-    target = target_device(r, device)
-    blocking = "error" if target == "cuda" else "warn"
-    add = lambda sev, code, msg, fix="": out.append(Diagnosis(sev, code, msg, fix))  # noqa: E731
+    t, out = report["torch"], []
+
+    def add(severity: str, code: str, message: str, fix: str = "") -> None:
+        out.append(Diagnosis(severity, code, message, fix))
+
     if not t.get("installed"):
         add("error", "no_torch", f"torch is not importable: {t.get('error')}",
             "pip install torch (the tested version is in docker/versions.env), or `make install`")
         return out
-    smi, smi_gpus = r.get("nvidia_smi"), _smi_gpus(r)
+    _cuda_findings(report, device, add)
+    _accelerator_findings(report, device, precision, add)
+    _resource_findings(report, add)
+    _audio_findings(report["optional"], add)
+    if not any(d.severity == "error" for d in out):
+        gpus = t.get("gpus") or []
+        on = "cuda" if t.get("cuda_available") else "mps" if t.get("mps") else "cpu"
+        n = f" ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''})" if on == "cuda" else ""
+        add("ok", "ready", f"training can run on {on}{n}" + (f" at {precision}" if precision else ""))
+    return out
+
+
+def _cuda_findings(r: dict, device: str, add) -> None:
+    """Why torch cannot use the NVIDIA GPUs the machine has: driver, build, visibility."""
+    t, smi, smi_gpus = r["torch"], r.get("nvidia_smi"), _smi_gpus(r)
+    blocking = "error" if target_device(r, device) == "cuda" else "warn"
     driver = smi_gpus[0]["driver"] if smi_gpus else None
-    cuda_causes = len(out)
+    found = []
+
+    def note(*args) -> None:
+        found.append(args[1])
+        add(*args)
+
     if smi and not smi.get("ok"):
-        add("warn" if device != "cuda" else "error", "nvidia_smi_failed", f"nvidia-smi fails: {smi.get('error')}",
-            "the NVIDIA kernel driver is not loaded or does not match its libraries: reboot or reinstall it")
+        note("warn" if device != "cuda" else "error", "nvidia_smi_failed", f"nvidia-smi fails: {smi.get('error')}",
+             "the NVIDIA kernel driver is not loaded or does not match its libraries: reboot or reinstall it")
     if t.get("cuda_available") and t.get("cuda_error"):
-        add(blocking, "cuda_failing", f"torch sees CUDA but cannot use it: {t['cuda_error']}",
-            "check `nvidia-smi` for a GPU in an error state (Xid) or held by another process")
+        note(blocking, "cuda_failing", f"torch sees CUDA but cannot use it: {t['cuda_error']}",
+             "check `nvidia-smi` for a GPU in an error state (Xid) or held by another process")
     if smi_gpus and not t.get("cuda") and not t.get("hip"):
-        add(blocking, "cpu_torch_with_gpu",
-            f"torch {t['version']} is a CPU-only build but nvidia-smi sees {len(smi_gpus)} GPU(s) "
-            f"({smi_gpus[0]['name']})", _wheel_fix(r, driver))
+        note(blocking, "cpu_torch_with_gpu",
+             f"torch {t['version']} is a CPU-only build but nvidia-smi sees {len(smi_gpus)} GPU(s) "
+             f"({smi_gpus[0]['name']})", _wheel_fix(r, driver))
     need = min_driver(t["cuda"]) if t.get("cuda") else None
     too_old = bool(driver and need and _vtuple(driver) < _vtuple(need))
     if too_old:
-        add(blocking, "driver_too_old",
-            f"NVIDIA driver {driver} is too old for torch's CUDA {t['cuda']} (needs >= {need})",
-            f"upgrade the driver to >= {need}, or match torch to it: {_wheel_fix(r, driver)}")
+        note(blocking, "driver_too_old",
+             f"NVIDIA driver {driver} is too old for torch's CUDA {t['cuda']} (needs >= {need})",
+             f"upgrade the driver to >= {need}, or match torch to it: {_wheel_fix(r, driver)}")
     cvd = r.get("cuda_visible_devices")
     if cvd is not None and not too_old:
         first = cvd.split(",")[0].strip()
         if first in ("", "-1") or (smi_gpus and (t.get("cuda") or t.get("hip")) and not t.get("device_count")):
-            add("error" if device == "cuda" else "warn", "cuda_visible_devices_hides_all",
-                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU"
-                + (f" (nvidia-smi sees {len(smi_gpus)})" if smi_gpus else ""),
-                "unset CUDA_VISIBLE_DEVICES, or list real indices/UUIDs: export CUDA_VISIBLE_DEVICES="
-                + ",".join(str(i) for i in range(max(1, len(smi_gpus)))))
-    if device == "cuda" and not t.get("cuda_available") and len(out) == cuda_causes:
+            note("error" if device == "cuda" else "warn", "cuda_visible_devices_hides_all",
+                 f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU"
+                 + (f" (nvidia-smi sees {len(smi_gpus)})" if smi_gpus else ""),
+                 "unset CUDA_VISIBLE_DEVICES, or list real indices/UUIDs: export CUDA_VISIBLE_DEVICES="
+                 + ",".join(str(i) for i in range(max(1, len(smi_gpus)))))
+    if device == "cuda" and not t.get("cuda_available") and not found:
         if not smi:
             fix = ("start the container with `docker run --gpus all` (NVIDIA Container Toolkit)" if r.get("container")
                    else "no NVIDIA driver found (no nvidia-smi): install it") + ", or use --device cpu"
@@ -146,6 +167,13 @@ def diagnose(report: dict, device: str = "auto", precision: str | None = None) -
             fix = "check `nvidia-smi` and that the driver matches torch's CUDA, or use --device cpu"
         add("error", "no_cuda", "--device cuda was requested but torch sees no CUDA device"
             + (f" ({t['cuda_error']})" if t.get("cuda_error") else ""), fix)
+
+
+def _accelerator_findings(r: dict, device: str, precision: str | None, add) -> None:
+    """MPS, NCCL, bf16 support and the GPU smoke test."""
+    t, smi_gpus = r["torch"], _smi_gpus(r)
+    target = target_device(r, device)
+    driver = smi_gpus[0]["driver"] if smi_gpus else None
     if device == "mps" and not t.get("mps"):
         add("error", "no_mps", "--device mps was requested but MPS is unavailable (needs Apple silicon, macOS >= 12.3)",
             "use --device cpu")
@@ -159,11 +187,15 @@ def diagnose(report: dict, device: str = "auto", precision: str | None = None) -
                 f"{g['capability']}) has no bf16 support (needs >= 8.0)", "use --precision fp16 (or fp32)")
     smoke = r.get("smoke")
     if smoke and not smoke["ok"]:
-        add(blocking, "smoke_failed", f"GPU smoke test failed on {smoke['device']}: {smoke['error']}",
+        add("error" if target == "cuda" else "warn", "smoke_failed",
+            f"GPU smoke test failed on {smoke['device']}: {smoke['error']}",
             "check `nvidia-smi` for other processes holding the GPU, and the driver / torch CUDA match")
     elif smoke:
         add("ok", "smoke_ok", f"GPU smoke test passed on {smoke['device']} ({smoke['dtype']} step "
             f"{smoke['autocast_step_ms']} ms, 1024^2 matmul {smoke['matmul_ms']} ms)")
+
+
+def _resource_findings(r: dict, add) -> None:
     shm = r.get("shm_bytes")
     if shm is not None and shm < GiB:
         add("warn", "small_shm", f"/dev/shm is {_size(shm)} (< 1 GiB): DataLoader workers share batches through it "
@@ -172,7 +204,9 @@ def diagnose(report: dict, device: str = "auto", precision: str | None = None) -
         if d["bytes"] is not None and d["bytes"] < 5 * GiB:
             add("warn", "low_disk", f"only {_size(d['bytes'])} free in the {where} folder {d['path']}",
                 "free space, or point CADENZA_CACHE / --out at a bigger disk")
-    opt = r["optional"]
+
+
+def _audio_findings(opt: dict, add) -> None:
     if not opt["fluidsynth"] and not opt["pyfluidsynth"]:
         add("warn", "no_fluidsynth", "FluidSynth is not installed: MIDI -> audio rendering is off",
             "apt-get install fluidsynth (and pip install pyfluidsynth)")
@@ -183,11 +217,6 @@ def diagnose(report: dict, device: str = "auto", precision: str | None = None) -
         add("warn", "no_soundfont", "no General MIDI SoundFont found (looked in " + ", ".join(SOUNDFONT_DIRS)
             + ", $CADENZA_SOUNDFONT): audio rendering is off",
             "apt-get install fluid-soundfont-gm, or export CADENZA_SOUNDFONT=/path/to/GM.sf2")
-    if not any(d.severity == "error" for d in out):
-        on = "cuda" if t.get("cuda_available") else "mps" if t.get("mps") else "cpu"
-        n = f" ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''})" if on == "cuda" else ""
-        add("ok", "ready", f"training can run on {on}{n}" + (f" at {precision}" if precision else ""))
-    return out
 
 
 def exit_code(diagnoses: list[Diagnosis]) -> int:

@@ -23,7 +23,7 @@ class SamplingConfig:
     temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
     top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only")
     top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: the smallest set of tokens reaching p")
-    seed: int = setting(0, ge=0, lt=2**63, doc="the same seed gives the same MIDI on the same machine")
+    seed: int = setting(0, ge=0, lt=2**32, doc="the same seed gives the same MIDI on the same machine")
     primer: str | None = setting(None, doc="a MIDI file to continue")
     primer_seconds: float | None = setting(None, gt=0, doc="use only the primer's first S seconds")
     constrained: bool = setting(True, doc="grammar-constrained decoding: every note that starts, ends")

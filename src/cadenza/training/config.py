@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from cadenza.env import PRECISIONS
 from cadenza.models.config import ModelConfig
 from cadenza.settings import from_dict, setting, validate
 
@@ -33,7 +34,7 @@ class TrainConfig:
     beta1: float = setting(0.9, ge=0, lt=1)
     beta2: float = setting(0.99, ge=0, lt=1)
     grad_clip: float = setting(1.0, gt=0)
-    precision: str = setting("auto", choices=("auto", "fp32", "bf16", "fp16"))
+    precision: str = setting("auto", choices=PRECISIONS)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps (checked by env.device.pick_device)
     compile: bool = False
     grad_checkpoint: bool = False
@@ -71,6 +72,11 @@ class RunConfig:
         self.model.validate()
         self.train.validate()
         return self
+
+
+def setting_names() -> set[str]:
+    """Every model and training setting's name (a flag named like one overrides it)."""
+    return {f.name for f in fields(ModelConfig)} | {f.name for f in fields(TrainConfig)}
 
 
 def presets() -> list[str]:

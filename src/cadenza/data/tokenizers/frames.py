@@ -58,23 +58,12 @@ class FrameTokenizer(PitchGridTokenizer):
     """
 
     name = "frames"
-
-    marker = "FRAME_END"
-    pitch_prefix = "KEY"
+    marker, pitch_prefix = "FRAME_END", "KEY"
+    param_names = ("low", "n_keys", "frame_seconds")
 
     def __init__(self, low: int = 21, n_keys: int = 88, frame_seconds: float = 0.5):
-        self._vocabulary(low, n_keys, frame_seconds, "keys")
-        self.n_keys = self.n
+        super().__init__(low, n_keys, frame_seconds)
         self.frame_end_id = self.marker_id
-        self.frame_seconds = float(frame_seconds)
-
-    def params(self) -> dict[str, Any]:
-        return {"low": self.low, "n_keys": self.n_keys, "frame_seconds": self.frame_seconds}
-
-    def token_seconds(self) -> np.ndarray:
-        secs = np.zeros(self.vocab_size)
-        secs[self.frame_end_id] = self.frame_seconds  # a frame's time passes at its end
-        return secs
 
     def frame_ends(self, ids) -> np.ndarray:
         """Boolean mask of the FRAME_END tokens in ids."""
@@ -183,3 +172,8 @@ class FrameTokenizer(PitchGridTokenizer):
         """Decode ids into a one-track symusic Score (frames of `frame_seconds`) and a report."""
         roll, report = self.decode_roll_report(ids)
         return notes_to_score(self.roll_to_notes(roll).by_time()), report
+
+    def token_seconds(self) -> np.ndarray:
+        secs = np.zeros(self.vocab_size)
+        secs[self.frame_end_id] = self.frame_seconds  # a frame's time passes at its end
+        return secs

@@ -7,7 +7,7 @@ Both have the same vocabulary shape: ids 0..n-1 are the pitches low..low+n-1, th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,16 +26,24 @@ class GridDecodeReport(DecodeReport):
 class PitchGridTokenizer(Tokenizer):
     marker: ClassVar[str]  # the name of the id after the pitches
     pitch_prefix: ClassVar[str]
+    # the constructor's names for (lowest pitch, number of pitches, seconds per step): each is also
+    # an attribute, and `params()` returns them under these names
+    param_names: ClassVar[tuple[str, str, str]]
 
-    def _vocabulary(self, low: int, n: int, seconds: float, what: str) -> None:
+    def __init__(self, low: int, n: int, seconds: float):
         if not (0 <= low and n >= 1 and low + n <= 128):
-            raise TokenizerError(f"{what} low={low}, n={n} must lie within MIDI 0..127")
+            raise TokenizerError(f"{self.param_names[1]}: low={low}, n={n} must lie within MIDI 0..127")
         if not seconds > 0:
             raise TokenizerError(f"the playback length of a step must be positive, got {seconds}")
         self.low, self.n = int(low), int(n)
+        for name, value in zip(self.param_names, (self.low, self.n, float(seconds))):
+            setattr(self, name, value)
         self.marker_id = self.n
         self.pad_id, self.bos_id, self.eos_id = self.n + 1, self.n + 2, self.n + 3
         self.vocab_size = self.n + 4
+
+    def params(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.param_names}
 
     @property
     def pitch_bounds(self) -> tuple[int, int]:

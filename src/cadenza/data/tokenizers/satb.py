@@ -47,24 +47,13 @@ class SATBTokenizer(PitchGridTokenizer):
     """
 
     name = "satb"
+    marker, pitch_prefix = "REST", "PITCH"
+    param_names = ("low", "n_pitches", "step_seconds")
     window_align = N_VOICES  # training windows start on a soprano token (see dataset.WindowDataset)
 
-    marker = "REST"
-    pitch_prefix = "PITCH"
-
     def __init__(self, low: int = 0, n_pitches: int = 128, step_seconds: float = 0.125):
-        self._vocabulary(low, n_pitches, step_seconds, "pitches")
-        self.n_pitches = self.n
+        super().__init__(low, n_pitches, step_seconds)
         self.rest_id = self.marker_id
-        self.step_seconds = float(step_seconds)
-
-    def params(self) -> dict[str, Any]:
-        return {"low": self.low, "n_pitches": self.n_pitches, "step_seconds": self.step_seconds}
-
-    def token_seconds(self) -> np.ndarray:
-        secs = np.zeros(self.vocab_size)
-        secs[:self.rest_id + 1] = self.step_seconds / N_VOICES  # exact at every step boundary
-        return secs
 
     # ---- encoding -----------------------------------------------------------------------------
     def encode_grid(self, grid) -> np.ndarray:
@@ -128,6 +117,12 @@ class SATBTokenizer(PitchGridTokenizer):
         for part in parts[1:]:
             score.tracks.append(part.tracks[0])
         return score, report
+
+    # ---- the clock -----------------------------------------------------------------------------
+    def token_seconds(self) -> np.ndarray:
+        secs = np.zeros(self.vocab_size)
+        secs[:self.rest_id + 1] = self.step_seconds / N_VOICES  # exact at every step boundary
+        return secs
 
 
 def _note_runs(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""What every published benchmark shares: its data errors, its score, and per-piece NLL alignment."""
+"""What every published benchmark shares: its data errors, its store, its score, and per-piece NLL alignment."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from cadenza.data.store import TokenStore
+from cadenza.data.store import SPLITS, StoreWriter, TokenStore
 
 
 class BenchDataError(ValueError):
@@ -31,8 +31,40 @@ class BenchScore:
         return asdict(self)
 
 
+def data_file(path: str | os.PathLike, how_to_get: str) -> Path:
+    """The benchmark's data file, or a `BenchDataError` saying where to get it."""
+    path = Path(path)
+    if not path.is_file():
+        raise BenchDataError(f"{path}: no such file ({how_to_get}; see docs/benchmarks-polyphonic.md)")
+    return path
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_store(out_dir: str | os.PathLike, tok, data: dict[str, list[np.ndarray]], file: Path,
+                sha: Callable[[np.ndarray], str], unit: str, bench: dict[str, Any]) -> TokenStore:
+    """One piece per sequence of `data`, in the order train, valid, test and, within a split, the
+    file's order, each keeping its official split; sources read ``FILE:split:index`` and each piece
+    records its length in `unit` (frames or steps)."""
+    writer = StoreWriter(out_dir, tok)
+    try:
+        for split in SPLITS:
+            for i, item in enumerate(data[split]):
+                try:
+                    enc = tok.encode(item)
+                except ValueError as e:
+                    raise BenchDataError(f"{file}: {split}[{i}]: {e}") from None
+                writer.add(enc.ids, source=f"{file.name}:{split}:{i}", sha256=sha(item), notes=enc.notes,
+                           seconds=tok.seconds(enc.ids), split=split, **{unit: int(item.shape[0])})
+    except BaseException:
+        writer.abort()
+        raise
+    bench = {**bench, "file": file.name, "file_sha256": file_sha256(file), "splits": "official",
+             unit: {s: int(sum(x.shape[0] for x in data[s])) for s in SPLITS}}
+    writer.close([], valid_fraction=0.0, test_fraction=0.0, extra={"benchmark": bench})
+    return TokenStore(out_dir)
 
 
 def aligned_nll(token_nll, ids: np.ndarray, label: str = "piece") -> np.ndarray:

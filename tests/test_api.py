@@ -1,0 +1,118 @@
+"""The public API does everything the command line does: one test per verb, calling the library.
+
+(`cadenza.render` is tested in tests/listen/test_render.py, the generation settings in
+tests/generation/test_sampling_config.py.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import cadenza
+from cadenza.generation.config import SamplingConfig
+from cadenza.training.config import resolve
+
+SMALL = ["context=64", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64", "batch_size=4", "warmup_steps=2",
+         "eval_every=2", "eval_windows=4", "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\"",
+         "save_every=2"]
+
+
+@pytest.fixture(scope="module")
+def store(midi_folder, tmp_path_factory):
+    return cadenza.prepare(midi_folder, tmp_path_factory.mktemp("api") / "store", workers=1, progress=False,
+                           valid_fraction=0.25, test_fraction=0.25).store
+
+
+@pytest.fixture(scope="module")
+def run(store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("api") / "run"
+    cadenza.train(resolve("tiny", overrides=SMALL + ["max_steps=4"]), store.path, out, progress=False)
+    return out
+
+
+def test_prepare_a_builtin_corpus(fake_corpus, tmp_path):
+    res = cadenza.prepare(corpus="fake", out=tmp_path / "store", workers=1, progress=False)
+    assert len(res.store) == 2 and res.store.manifest["corpus"] == "fake"
+    assert [s["source"] for s in res.skipped] == ["broken.abc"]  # music21's failure is named, not fatal
+    assert [c.name for c in cadenza.list_corpora()][:2] == ["bach", "essen"]
+    with pytest.raises(ValueError, match="not both"):
+        cadenza.prepare([fake_corpus], tmp_path / "x", corpus="fake")
+
+
+def test_resume_reads_the_data_path_and_config_from_the_run_folder(store, tmp_path):
+    out = tmp_path / "r"
+    cadenza.train(resolve("tiny", overrides=SMALL + ["max_steps=2", "lr_horizon=4"]), store.path, out,
+                  progress=False)
+    longer = resolve(None, overrides=["max_steps=4"], run_dir=out)  # the saved config, one setting changed
+    res = cadenza.train(longer, out=out, resume=True, progress=False)  # no data: the run knows its store
+    assert res.step == 4
+    assert cadenza.train(out=out, resume=True, progress=False).step == 4  # nothing left to do: no error
+    assert json.loads((out / "run.json").read_text())["resumes"][0]["step"] == 2
+
+
+def test_train_never_modifies_the_callers_config(store, tmp_path):
+    cfg = resolve("tiny", overrides=SMALL + ["max_steps=1"])
+    before = cfg.to_dict()
+    cadenza.train(cfg, store.path, tmp_path / "r", progress=False)
+    assert cfg.to_dict() == before  # the trainer sets vocab_size on its own copy
+
+
+def test_generate_takes_a_config_a_dict_or_keywords(run, tmp_path):
+    cfg = SamplingConfig(num_samples=2, max_tokens=40, seed=5, top_p=0.9)
+    a = cadenza.generate(run, cfg, out=tmp_path / "a")
+    b = cadenza.generate(run, cfg.to_dict(), out=tmp_path / "b")
+    c = cadenza.generate(run, num_samples=2, max_tokens=40, seed=5, top_p=0.9)
+    assert a.ids == b.ids == c.ids and len(a.ids) == 2
+    saved = json.loads((tmp_path / "a" / "generation.json").read_text())
+    assert saved["settings"] == cfg.to_dict() and saved["run"]["step"] == 4
+    assert SamplingConfig.from_dict(saved["settings"]) == cfg  # the file alone makes the sample again
+    assert cadenza.generate(run, cfg, temperature=0.5).config.temperature == 0.5  # keywords override
+
+
+def test_evaluate_nll_and_samples_in_one_call(run, store, tmp_path):
+    cadenza.generate(run, num_samples=2, max_tokens=60, out=tmp_path / "samples")
+    rep = cadenza.evaluate(run, store.path, split="valid", samples=tmp_path / "samples", reference=store.path,
+                           json_path=tmp_path / "rep.json")
+    nll = rep["nll"]
+    assert nll["split"] == "valid" and nll["tokens"] > 0 and np.isfinite(nll["nll_nats"])
+    assert nll["nll_bits"] == pytest.approx(nll["nll_nats"] / np.log(2))
+    s = rep["samples"]
+    assert s["samples"] == 2 and "pitch_range" in s["metrics"] and len(s["memorisation"]) == 2
+    assert json.loads((tmp_path / "rep.json").read_text())["nll"]["tokens"] == nll["tokens"]
+    with pytest.raises(ValueError, match="needs both"):
+        cadenza.evaluate(run)
+
+
+def test_benchmark_trains_scores_and_keeps_its_evidence(tmp_path):
+    from scipy.io import savemat
+
+    rng = np.random.default_rng(0)
+
+    def rolls(n):
+        out = np.empty(n, dtype=object)
+        for i in range(n):
+            r = np.zeros((int(rng.integers(6, 14)), 88))
+            r[np.arange(r.shape[0]), rng.integers(30, 50, r.shape[0])] = 1
+            out[i] = r
+        return out
+
+    mat = tmp_path / "JSB_Chorales.mat"
+    savemat(mat, {"traindata": rolls(6), "validdata": rolls(2), "testdata": rolls(2)})
+    res = cadenza.benchmark("polyphonic", mat, tmp_path / "run", max_steps=2, device="cpu", progress=False,
+                            overrides=SMALL)
+    assert res["dataset"] == "jsb" and np.isfinite(res["test"]) and np.isfinite(res["valid"])
+    saved = json.loads((tmp_path / "run" / "bench.json").read_text())
+    assert saved["valid_curve"] and saved["valid_curve"][-1][0] == 2
+    assert saved["cpu"]["isa"] is not None and saved["torch_threads"] >= 1 and saved["steps"] == 2
+    again = cadenza.benchmark("polyphonic", mat, evaluate=tmp_path / "run", device="cpu")
+    assert again["test"] == pytest.approx(res["test"])  # scoring is deterministic
+
+
+def test_doctor_reports_and_diagnoses():
+    result = cadenza.doctor(smoke=False)
+    assert {"report", "diagnoses", "exit_code", "device"} <= set(result)
+    assert result["report"]["torch"]["installed"] and result["exit_code"] in (0, 1)
+    assert any(d["code"] == "ready" for d in result["diagnoses"]) == (result["exit_code"] == 0)
