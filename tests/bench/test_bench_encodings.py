@@ -10,7 +10,7 @@ import pytest
 from conftest import shared
 
 from cadenza.bench import jsb16, polyphonic
-from cadenza.data.tokenizers.base import TokenizerError, tokenizer_from_dict
+from cadenza.data.tokenizers import TokenizerError, tokenizer_from_dict
 from cadenza.data.tokenizers.frames import FrameTokenizer
 from cadenza.data.tokenizers.satb import SATBTokenizer
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -205,28 +204,3 @@ class Tokenizer(ABC):
                 f"(0..{self.vocab_size - 1}); {bad.size} id(s) out of range"
             )
         return arr
-
-
-def tokenizer_from_dict(config: dict[str, Any]) -> Tokenizer:
-    """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. a store's manifest)."""
-    import cadenza.data.tokenizers  # noqa: F401  (registers the built-in tokenizers)
-
-    name = config.get("name")
-    if name not in _REGISTRY:
-        if name == "miditok":
-            from cadenza.data.tokenizers import miditok_adapter  # noqa: F401
-        if name not in _REGISTRY:
-            raise TokenizerError(f"unknown tokenizer {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    tok = _REGISTRY[name].from_params(config.get("params", {}))
-    if "vocab_size" in config and config["vocab_size"] != tok.vocab_size:
-        raise TokenizerError(
-            f"tokenizer config says vocab_size {config['vocab_size']} but {name} with these params has "
-            f"{tok.vocab_size}; the config was written by an incompatible version"
-        )
-    return tok
-
-
-def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    with open(path, encoding="utf-8") as f:
-        return tokenizer_from_dict(json.load(f))
-

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import torch
 
-from cadenza.data.tokenizers.base import Tokenizer
-
 
 class SpecialsOnly:
-    def __init__(self, tok: Tokenizer, batch: int, device, allow_eos: bool = True):
+    """The rules every tokenizer shares. `tok` is the tokenizer that hands out this grammar
+    (`Tokenizer.grammar`), so this module never imports one."""
+
+    def __init__(self, tok, batch: int, device, allow_eos: bool = True):
         self.tok = tok
         self.base = torch.ones(tok.vocab_size, dtype=torch.bool, device=device)
         self.base[list(tok.special_ids)] = False  # PAD, BOS (and style tokens) are never sampled
