@@ -162,6 +162,12 @@ def main(argv=None) -> int:
         return 0
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {a.batch}, context {SIZE['context']}, "
           f"median of {a.steps} steps after {a.warmup} warm-up\n")
+    from cadenza.env.device import cpu_supports_bf16
+
+    if "bf16" in a.precision and not cpu_supports_bf16():
+        print("bf16 rows skipped: this CPU has no native bf16 (no AVX512-BF16 or AMX), so bf16 autocast would "
+              "be emulated and slower than fp32 (see `cadenza doctor --precision bf16`)\n")
+        a.precision = [p for p in a.precision if p != "bf16"]
     rows = throughput(a.precision, a.steps, a.warmup, a.batch)
     print("| precision | model | tokens/s | vs HF | MFU | params |")
     print("|---|---|---:|---:|---:|---:|")

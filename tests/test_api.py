@@ -116,3 +116,22 @@ def test_doctor_reports_and_diagnoses():
     assert {"report", "diagnoses", "exit_code", "device"} <= set(result)
     assert result["report"]["torch"]["installed"] and result["exit_code"] in (0, 1)
     assert any(d["code"] == "ready" for d in result["diagnoses"]) == (result["exit_code"] == 0)
+
+
+def test_sample_i_is_the_same_whatever_the_batch(run):
+    one = cadenza.generate(run, num_samples=1, max_tokens=40, seed=9)
+    many = cadenza.generate(run, num_samples=3, max_tokens=40, seed=9, batch_size=2)
+    assert many.ids[0] == one.ids[0]
+    assert cadenza.generate(run, num_samples=3, max_tokens=40, seed=9, batch_size=3).ids == many.ids
+    assert many.ids[1] != many.ids[0]  # each sample has a stream of its own
+
+
+def test_note_length_limit_defaults_to_the_training_data(run, store, tmp_path):
+    p999 = store.manifest["note_seconds"]["p999"]
+    g = cadenza.generate(run, num_samples=2, max_tokens=200, out=tmp_path / "g")
+    assert g.run["max_note_seconds"] == p999
+    for ids in g.ids:
+        notes = store.tokenizer.to_notes(ids)
+        assert (notes.end - notes.start).max() <= p999 + 0.011  # one 10 ms step of rounding
+    assert cadenza.generate(run, max_tokens=10, max_note_seconds=0).run["max_note_seconds"] is None
+    assert cadenza.generate(run, max_tokens=10, max_note_seconds=1.5).run["max_note_seconds"] == 1.5

@@ -90,3 +90,71 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+class FolderBusy(RuntimeError):
+    """Another cadenza process is writing to this folder."""
+
+
+LOCK_NAME = ".cadenza.lock"
+
+
+@contextlib.contextmanager
+def exclusive(folder: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Hold an exclusive lock on `folder` (created if needed) while the block runs.
+
+    Two `cadenza prepare` (or `train`) into one folder would each write a complete-looking result
+    and one would be lost; the second one stops instead, naming the holder's pid. The lock is an
+    `fcntl.flock` on ``folder/.cadenza.lock``: the kernel releases it when its process dies, so a
+    crash never leaves a folder locked. (No locking where fcntl does not exist, i.e. Windows.)
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield folder
+        return
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown pid"
+            raise FolderBusy(f"{folder} is in use by another cadenza process ({holder}); wait for it to "
+                             "finish or choose another folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, cadenza {what}\n".encode(), 0)
+        yield folder
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
+    """Delete what interrupted atomic writes left in `folder`: hidden ``.NAME.*.tmp`` files and
+    folders, and ``.NAME.old`` folders of a replacement cut short. Call it only while holding
+    `exclusive` on the folder, so no other process's write in progress is taken for a leftover."""
+    folder = Path(folder)
+    gone = []
+    for p in folder.glob(".*") if folder.is_dir() else ():
+        if p.name.endswith((".tmp", ".old")):
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
+
+
+@contextlib.contextmanager
+def output_folder(folder: str | os.PathLike, what: str, keep: Any = None) -> Iterator[Path]:
+    """`exclusive` on an output folder, its leftovers removed first; if the block fails and this
+    command created the folder, the folder goes too, unless `keep(folder)` says it holds something
+    worth keeping (a run's checkpoints)."""
+    folder = Path(folder)
+    created = not folder.exists()
+    try:
+        with exclusive(folder, what):
+            remove_leftovers(folder)
+            yield folder
+    except BaseException:
+        if created and folder.exists() and not (keep and keep(folder)):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise

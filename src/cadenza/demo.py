@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from cadenza.settings import setting, validate
 
 
 def _say(msg: str) -> None:
@@ -22,10 +25,18 @@ METRICS = ("pitch_range", "n_pitch_classes_used", "scale_consistency", "polyphon
 CHORALE = {"max_polyphony": 5, "max_note_seconds": 4.0, "stop_at_eos": False, "top_p": 0.95}
 
 
+@dataclass
+class DemoConfig:
+    minutes: float = setting(4.0, gt=0, le=600, doc="training time budget")
+    seconds: float = setting(24.0, gt=0, le=600, doc="music per sample")
+    seed: int = setting(0, ge=0)
+
+
 def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float = 24.0, seed: int = 0) -> int:
     """The whole pipeline on the Bach chorales; returns 0 when the model beats the unigram baseline."""
     import shutil
 
+    validate(DemoConfig(minutes, seconds, seed))
     from cadenza.listen.render import render_file
     from cadenza.training.config import resolve
     from cadenza.training.trainer import train

@@ -27,12 +27,13 @@ def reference_quantize(notes):
                 qe = math.ceil(e * SPS)
         q.append([qs, qe, int(p), vel_bin(int(v))])
     groups = {}
-    for i, n in enumerate(q):  # same pitch, same step: one note (the last), until the latest release
+    for i, n in enumerate(q):  # same pitch, same step: one note until the latest release, loudest bin
         groups.setdefault((n[2], n[0]), []).append(i)
     merged = []
     for idx in groups.values():
         last = list(q[idx[-1]])
         last[1] = max(q[i][1] for i in idx)
+        last[3] = max(q[i][3] for i in idx)
         merged.append((idx[-1], last))
     q = [n for _, n in sorted(merged)]
     by_pitch = {}

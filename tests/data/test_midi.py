@@ -65,6 +65,17 @@ def test_same_pitch_overlap_across_tracks_and_zero_length_notes():
     assert stats.zero_length == 1 and stats.overlaps_truncated == 1
 
 
+def test_unisons_merge_into_the_longest_note_at_the_loudest_velocity():
+    """The same note on two tracks is one note: not a zero-length note, not an overlap."""
+    s = make_score([[(0, 480, 60, 127), (960, 480, 64, 50)], [(0, 960, 60, 109), (960, 240, 64, 90)]])
+    notes, stats = _notes(s)
+    assert notes.pitch.tolist() == [60, 64]
+    assert notes.end.tolist() == pytest.approx([1.0, 1.5], abs=1e-3)  # the longer copy's release
+    assert notes.velocity.tolist() == [127, 90]  # the loudest copy's velocity, whichever track
+    assert (stats.unisons_merged, stats.zero_length, stats.overlaps_truncated) == (2, 0, 0)
+    assert stats.notes_in == 4 and stats.notes_out == 2
+
+
 def test_bad_input_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.mid"
     bad.write_text("hello")

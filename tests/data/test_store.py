@@ -49,6 +49,22 @@ def test_splits_are_deterministic_from_content():
     assert sorted(small) == ["test", "train", "valid"]
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_few_pieces_keep_train_non_empty_and_say_which_split_is_empty(n, tmp_path):
+    from conftest import make_score, write_score
+
+    (tmp_path / "in").mkdir()
+    for i in range(n):
+        write_score(make_score([[(0, 480, 60 + i, 90), (480, 480, 64, 70)]]), tmp_path / "in" / f"p{i}.mid")
+    res = prepare(tmp_path / "in", tmp_path / "s", workers=1, progress=False)
+    splits = res.store.totals["splits"]
+    assert splits["train"]["pieces"] >= 1 and sum(v["pieces"] for v in splits.values()) == n
+    empty = res.store.totals["empty_splits"]
+    assert empty == [s for s in ("valid", "test") if splits[s]["pieces"] == 0] and len(empty) == 3 - n
+    assert f"the {' and '.join(empty)} split" in res.summary()
+    assert assign_splits(["0" * 64], 0.1, 0.1) == ["train"]  # hashing alone would say test
+
+
 def test_duplicate_files_are_stored_once(midi_folder, tmp_path):
     shutil.copy(midi_folder / "piece0.mid", tmp_path / "copy.mid")
     res = prepare([midi_folder / "piece0.mid", tmp_path / "copy.mid"], tmp_path / "s", workers=1, progress=False)

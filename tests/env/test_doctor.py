@@ -211,6 +211,18 @@ def test_bf16_requested_on_a_gpu_without_it(capsys):
     assert code == 0 and "no_bf16" not in {x["code"] for x in out["diagnoses"]}
 
 
+def test_bf16_requested_on_a_cpu_without_native_bf16(capsys):
+    cpu_box = dict(smi=None, torch={"cuda": None, "cuda_available": False, "device_count": 0, "gpus": [],
+                                    "cpu_bf16": False})
+    code, out = run_doctor(capsys, FakeProbes(**cpu_box), precision="bf16")
+    d = only(out, "no_cpu_bf16")
+    assert code == 0 and d["severity"] == "warn" and "no AVX512-BF16 or AMX" in d["message"]
+    assert "LSTM" in d["message"] and "--precision fp32" in d["fix"]
+    code, out = run_doctor(capsys, FakeProbes(**{**cpu_box, "torch": {**cpu_box["torch"], "cpu_bf16": True}}),
+                           precision="bf16")
+    assert "no_cpu_bf16" not in {x["code"] for x in out["diagnoses"]}
+
+
 @pytest.mark.parametrize("env, code_", [({}, "no_soundfont"),
                                         ({"CADENZA_SOUNDFONT": "/nowhere/gm.sf2"}, "soundfont_missing")])
 def test_no_soundfont(capsys, env, code_):

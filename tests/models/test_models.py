@@ -174,3 +174,26 @@ def test_fast_cpu_dropout_drops_the_rounded_fraction_and_keeps_the_expectation()
     d.train()(g).sum().backward()
     grads = g.grad.unique()
     assert grads.numel() == 2 and grads[0] == 0 and grads[1].item() == pytest.approx(256 / 230)
+
+
+def test_lstm_trains_under_bf16_on_any_cpu(monkeypatch):
+    """oneDNN has no bf16 LSTM without native bf16 (AVX2-only CPUs): the cell runs in fp32 there."""
+    import cadenza.models.lstm as lstm_module
+
+    for native in (False, True):
+        monkeypatch.setattr(lstm_module, "cpu_supports_bf16", lambda: native)
+        torch.manual_seed(0)
+        m = build_model(ModelConfig(model="lstm", vocab_size=50, embed_dim=16, lstm_hidden=32, dropout=0.0))
+        x = torch.randint(0, 50, (2, 12))
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits, loss = m(x, x)
+        except RuntimeError as e:  # only a CPU really without bf16 may refuse, and only the native path
+            assert native and "primitive descriptor" in str(e)
+            continue
+        loss.backward()
+        assert logits.dtype == torch.bfloat16 and torch.isfinite(loss)
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
+        with torch.no_grad():
+            ref, _ = m(x)
+        assert torch.allclose(logits.float(), ref, atol=0.1)  # the same model, in reduced precision

@@ -34,17 +34,19 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
         raise ValueError("give a run folder to train and score (--out) or one to score only (--evaluate)")
     run_dir = Path(evaluate or out)
     store_dir = run_dir / "store"
+    if not evaluate:  # every setting is checked before any data is read
+        from cadenza.training.config import resolve
+
+        cfg = resolve(preset or f"bench-{key}", config_file, list(overrides), device=device, **settings)
     try:
         store = TokenStore(store_dir)
     except StoreError:
         store = mod.build_store(data, store_dir)
     train_info: dict[str, Any] = {}
     if not evaluate:
-        from cadenza.training.config import resolve
         from cadenza.training.trainer import train
 
         t0 = time.time()
-        cfg = resolve(preset or f"bench-{key}", config_file, list(overrides), device=device, **settings)
         res = train(cfg, store_dir, run_dir, progress=progress, command=command)
         train_info = {"steps": res.step, "stopped_by": res.stopped_by, "train_minutes": (time.time() - t0) / 60}
     result = score(run_dir, store, mod, key, device or "auto")

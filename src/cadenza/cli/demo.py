@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from cadenza.cli.common import add_verb
-from pathlib import Path
 
 
 def register(sub) -> argparse.ArgumentParser:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from cadenza.cli.common import add_verb
 from cadenza.env import PRECISIONS
-import json
 
 
 def register(sub) -> argparse.ArgumentParser:

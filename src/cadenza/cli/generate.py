@@ -14,7 +14,8 @@ the same --seed gives the same MIDI, bit for bit, on the same machine."""
 def register(sub) -> argparse.ArgumentParser:
     p = add_verb(sub, "generate", "sample new music (or continue a primer) from a checkpoint",
                  "Sample MIDI from a trained checkpoint: a run folder (its best checkpoint) or a checkpoint "
-                 "folder. Decoding is grammar-constrained by default, so every note that starts also ends.", epilog=EPILOG)
+                 "folder. Decoding is grammar-constrained by default, so every note that starts also ends.",
+                 epilog=EPILOG)
     p.add_argument("--checkpoint", required=True, help="run folder or RUN/checkpoints/step-N")
     p.add_argument("--primer", help="a MIDI file to continue")
     p.add_argument("--primer-seconds", type=float, help="use only the primer's first S seconds")
@@ -28,7 +29,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="default 0")
     p.add_argument("--max-polyphony", type=int, help="at most this many notes sounding at once")
     p.add_argument("--max-note-seconds", type=float,
-                   help="release any note that has sounded this long (no stuck notes from a young model)")
+                   help="release any note that has sounded this long (default: the 99.9th percentile of note "
+                        "lengths in the training data, so no stuck notes from a young model; 0: no limit)")
     p.add_argument("--unconstrained", action="store_true", help="no grammar mask (the decoder still repairs)")
     p.add_argument("--no-eos", action="store_true",
                    help="never end a piece early: every sample runs to --seconds / --max-tokens")

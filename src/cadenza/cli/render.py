@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from cadenza.cli.common import add_verb
-import sys
 
 
 def register(sub) -> argparse.ArgumentParser:

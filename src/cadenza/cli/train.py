@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from cadenza.cli.common import add_verb
 from cadenza.env import PRECISIONS
-import json
 
 EPILOG = """examples:
   cadenza train --data data/bach --out runs/bach --preset tiny --max-minutes 3
@@ -19,7 +20,8 @@ see `cadenza train --show-config` for all of them."""
 def register(sub) -> argparse.ArgumentParser:
     p = add_verb(sub, "train", "train a model on a token store (CPU, GPU, or many GPUs via torchrun)",
                  "Train a model on a token store made by `cadenza prepare`. The device and precision are chosen "
-                 "automatically unless given; checkpoints go to RUN/checkpoints, TensorBoard logs to RUN/tb.", epilog=EPILOG)
+                 "automatically unless given; checkpoints go to RUN/checkpoints, TensorBoard logs to RUN/tb.",
+                 epilog=EPILOG)
     p.add_argument("--data", help="token store folder (from `cadenza prepare`; with --resume: the run's own)")
     p.add_argument("--out", help="run folder to write (checkpoints, logs, config)")
     p.add_argument("--preset", default=None, help="model/training preset: tiny (default), small, base, large")
@@ -61,4 +63,10 @@ def run(a: argparse.Namespace) -> int:
     if not a.out or not (a.data or a.resume):
         raise ValueError("--data and --out are required (see --help)")
     res = train(cfg, a.data, a.out, resume=a.resume, progress=not a.quiet)
+    if res.stopped_by == "signal":  # saved cleanly; the exit code tells a script it did not finish
+        import signal
+
+        print(f"stopped by {signal.Signals(res.signal).name} after saving step {res.step} ({res.checkpoint}); "
+              f"continue with: cadenza train --out {a.out} --resume", file=sys.stderr)
+        return 128 + res.signal
     return 0 if res.step > 0 else 1

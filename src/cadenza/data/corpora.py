@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadenza.atomic import atomic_path, write_json
+from cadenza.atomic import atomic_path, exclusive, remove_leftovers, write_json
 from cadenza.env.record import cache_dir
 
 
@@ -117,10 +117,22 @@ def materialize(name: str, workers: int | None = None, progress: bool = True,
         raise KeyError(f"unknown corpus {name!r}; available: {', '.join(CORPORA)}")
     corpus = CORPORA[name]
     out = cache_dir() / "corpora" / name
-    out.mkdir(parents=True, exist_ok=True)
-    sources = source_files(corpus)[:limit]
-    todo = [str(s) for s in sources]
-    workers = workers or min(os.cpu_count() or 1, 8)
+    todo = [str(s) for s in source_files(corpus)[:limit]]
+    with exclusive(out, f"prepare --corpus {name}"):
+        # an interrupted conversion leaves hidden temporary files (music21 writes `.NAME.XXXX.mid`)
+        remove_leftovers(out)
+        for p in out.glob(".*.mid"):
+            p.unlink()
+        _convert_all(name, todo, out, workers or min(os.cpu_count() or 1, 8), progress)
+    results = [_convert_source((s, str(out))) for s in todo]  # every source now has its marker
+    midi = [out / w for r in results for w in r["written"]]
+    failures = [f for r in results for f in r["failures"]]
+    if limit is None:
+        write_json(out / "index.json", {"corpus": name, "midi": [p.name for p in midi], "failures": failures})
+    return CorpusFiles(name, out, midi, failures)
+
+
+def _convert_all(name: str, todo: list[str], out: Path, workers: int, progress: bool) -> None:
     from tqdm import tqdm
 
     pending = [s for s in todo if not (out / f".{_key(Path(s))}.done.json").exists()]
@@ -139,12 +151,6 @@ def materialize(name: str, workers: int | None = None, progress: bool = True,
             for s in pending:
                 _convert_source((s, str(out)))
                 bar.update(1)
-    results = [_convert_source((s, str(out))) for s in todo]  # every source now has its marker
-    midi = [out / w for r in results for w in r["written"]]
-    failures = [f for r in results for f in r["failures"]]
-    if limit is None:
-        write_json(out / "index.json", {"corpus": name, "midi": [p.name for p in midi], "failures": failures})
-    return CorpusFiles(name, out, midi, failures)
 
 
 def list_corpora() -> list[Corpus]:

@@ -7,9 +7,10 @@ Policies (the same for every tokenizer that starts from notes; see docs/data.md)
 * Sustain pedal (CC64 >= 64) lengthens notes as Magenta's ``apply_sustain_control_changes`` does:
   a note whose release falls while the pedal is down (pedal-down instant included, pedal-up
   instant excluded) sounds until the pedal is released. Pedals apply per track (channel).
-* A same-pitch note that starts while an earlier one still sounds ends the earlier one at the new
-  onset (of two notes of one pitch at one instant, the longer is kept).
-* Zero-length notes are dropped and counted.
+* Zero-length notes are dropped; notes of one pitch starting at one instant (unisons, e.g. a note
+  doubled on two tracks) become one, the longest at the loudest velocity; a same-pitch note that
+  starts while an earlier one still sounds ends the earlier one at the new onset. Each is counted
+  (`ReadStats`).
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ class ReadStats:
     drum_tracks: int = 0
     drum_notes: int = 0
     pedal_extended: int = 0
-    overlaps_truncated: int = 0
     zero_length: int = 0
+    unisons_merged: int = 0
+    overlaps_truncated: int = 0
     notes_out: int = 0
 
     def as_dict(self) -> dict:
@@ -86,11 +88,17 @@ class ReadStats:
 
 
 def load_score(source: str | os.PathLike | bytes, name: str | None = None) -> symusic.Score:
-    """Parse MIDI with symusic; any failure becomes a one-line `MidiReadError` naming the file."""
+    """Parse MIDI with symusic; any failure becomes a one-line `MidiReadError` naming the file.
+
+    A RIFF-wrapped MIDI file (RMID) is unwrapped first. Files symusic would misread are refused
+    with their own reason: a time division of 0 ticks per quarter, or SMPTE time.
+    """
     label = name or (str(source) if not isinstance(source, (bytes, bytearray)) else "<bytes>")
     if not isinstance(source, (bytes, bytearray)):
-        try:  # the fast path: symusic reads the file itself; failures are diagnosed below
-            return symusic.Score(str(source))
+        try:  # the fast path: symusic reads the file itself; only its refusals are diagnosed below
+            score = symusic.Score(str(source))
+            if score.ticks_per_quarter > 0:
+                return score
         except Exception:
             pass
     try:
@@ -101,12 +109,31 @@ def load_score(source: str | os.PathLike | bytes, name: str | None = None) -> sy
                 data = f.read()
     except OSError as e:
         raise MidiReadError(f"{label}: cannot read file ({e.strerror or e})") from None
-    if len(data) < 14 or data[:4] not in (b"MThd", b"RIFF"):
-        raise MidiReadError(f"{label}: not a MIDI file (no MThd header)")
+    data = _check_header(data, label)
     try:
         return symusic.Score.from_midi(data)
     except Exception as e:  # symusic raises RuntimeError/ValueError with terse messages
         raise MidiReadError(f"{label}: corrupt MIDI ({type(e).__name__}: {e})") from None
+
+
+def _check_header(data: bytes, label: str) -> bytes:
+    """The standard MIDI file inside `data` (unwrapping RIFF RMID), its header checked."""
+    if data[:4] == b"RIFF" and data[8:12] == b"RMID":
+        at = data.find(b"data", 12)
+        if at < 0 or len(data) < at + 8:
+            raise MidiReadError(f"{label}: RIFF MIDI (RMID) file without a data chunk")
+        size = int.from_bytes(data[at + 4:at + 8], "little")
+        data = data[at + 8:at + 8 + size]
+    if len(data) < 14 or data[:4] != b"MThd":
+        raise MidiReadError(f"{label}: not a MIDI file (no MThd header)")
+    division = int.from_bytes(data[12:14], "big")
+    if division & 0x8000:
+        fps = 256 - (division >> 8)
+        raise MidiReadError(f"{label}: SMPTE time division ({fps} frames per second) is not supported; "
+                            "convert the file to ticks per quarter note")
+    if division == 0:
+        raise MidiReadError(f"{label}: ticks per quarter is 0 in the header, so no note has a time")
+    return data
 
 
 def score_to_notes(score: symusic.Score, sustain: bool = True) -> tuple[Notes, ReadStats]:
@@ -145,9 +172,9 @@ def score_to_notes(score: symusic.Score, sustain: bool = True) -> tuple[Notes, R
         both = ticks_to_seconds(score, np.concatenate((start, end)))
         start, end = both[:start.size], both[start.size:]
     stats.notes_in = int(start.size)
-    notes, truncated, zero = normalise(start, end, pitch, vel)
-    stats.overlaps_truncated = truncated
-    stats.zero_length = zero
+    notes, counts = normalise(start, end, pitch, vel)
+    stats.zero_length, stats.unisons_merged = counts["zero_length"], counts["unisons_merged"]
+    stats.overlaps_truncated = counts["overlaps_truncated"]
     stats.notes_out = len(notes)
     return notes, stats
 
@@ -189,42 +216,47 @@ def _apply_sustain(end: np.ndarray, pedals: dict) -> tuple[np.ndarray, int]:
     return new_end, int(np.count_nonzero(new_end > end))
 
 
-def normalise(start, end, pitch, velocity) -> tuple[Notes, int, int]:
-    """Resolve same-pitch overlaps and drop zero-length notes.
+def normalise(start, end, pitch, velocity) -> tuple[Notes, dict[str, int]]:
+    """Drop zero-length notes, merge unisons and resolve same-pitch overlaps.
 
-    Returns the notes, the number of notes cut short by a same-pitch restart, and the number of
-    notes dropped for having no length (including same-pitch twins: of several notes of one pitch
-    starting at one instant only the longest is kept).
+    * ``zero_length``: a note that ends where it starts (or before) has no sound: dropped.
+    * ``unisons_merged``: several notes of one pitch starting at one instant (typically the same
+      note on two tracks, merged into one part) become one note, as long as the longest copy and as
+      loud as the loudest: a doubled note sounds at least as loud as its loudest part.
+    * ``overlaps_truncated``: a note struck again while it still sounds ends at the new onset.
+
+    Returns the notes and those three counts.
     """
     start = np.asarray(start, np.float64)
     end = np.asarray(end, np.float64)
     pitch = np.asarray(pitch, np.int64)
     velocity = np.asarray(velocity, np.int64)
-    # By pitch, then onset, then release: of twins the longest comes last and survives, because
-    # every earlier twin is cut at the (equal) onset of the next one and so has no length.
-    order = np.lexsort((end, start, pitch))
-    start, end, pitch, velocity = start[order], end[order], pitch[order], velocity[order]
-    same = pitch[:-1] == pitch[1:]
-    nxt = start[1:]
-    cut = same & (nxt < end[:-1])
-    truncated = int(np.count_nonzero(cut & (nxt != start[:-1])))
-    if truncated or cut.any():
-        end = end.copy()
-        end[:-1] = np.where(cut, nxt, end[:-1])
     keep = end > start
-    zero = int(start.size - np.count_nonzero(keep))
-    if zero:
-        start, end, pitch, velocity = start[keep], end[keep], pitch[keep], velocity[keep]
-    return Notes(start, end, pitch, velocity), truncated, zero
+    counts = {"zero_length": int(start.size - np.count_nonzero(keep)), "unisons_merged": 0, "overlaps_truncated": 0}
+    # By pitch, then onset, then release: of unisons the longest comes last
+    order = np.lexsort((end[keep], start[keep], pitch[keep]))
+    start, end, pitch, velocity = start[keep][order], end[keep][order], pitch[keep][order], velocity[keep][order]
+    twin = (pitch[1:] == pitch[:-1]) & (start[1:] == start[:-1])  # item i + 1 repeats item i's onset
+    if twin.any():
+        counts["unisons_merged"] = int(np.count_nonzero(twin))
+        velocity = run_max(velocity, twin)
+        last = np.append(~twin, True)  # each run's last item: the longest, now with the loudest velocity
+        start, end, pitch, velocity = start[last], end[last], pitch[last], velocity[last]
+    cut = (pitch[:-1] == pitch[1:]) & (start[1:] < end[:-1])
+    if cut.any():
+        counts["overlaps_truncated"] = int(np.count_nonzero(cut))
+        end = end.copy()
+        end[:-1] = np.where(cut, start[1:], end[:-1])
+    return Notes(start, end, pitch, velocity), counts
 
 
-def keep_longest(end: np.ndarray, twin: np.ndarray) -> np.ndarray:
-    """Where twin[i] says item i+1 repeats item i, give each run's last item the run's max end."""
+def run_max(values: np.ndarray, twin: np.ndarray) -> np.ndarray:
+    """Where twin[i] says item i+1 repeats item i, give each run's last item the run's maximum."""
     d = np.diff(np.concatenate(([0], twin.astype(np.int8), [0])))
     first, last = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
     bounds = np.column_stack((first, last + 1)).ravel()
-    padded = np.append(end, end[:1])  # reduceat needs every bound < len
-    out = end.copy()
+    padded = np.append(values, values[:1])  # reduceat needs every bound < len
+    out = values.copy()
     out[last] = np.maximum.reduceat(padded, bounds)[::2]
     return out
 

@@ -13,10 +13,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from cadenza.atomic import output_folder
 from cadenza.data.midi import MIDI_SUFFIXES, MidiReadError
 from cadenza.settings import SettingError, setting, validate
 from cadenza.data.store import StoreWriter, TokenStore
-from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
+from cadenza.data.tokenizers import Tokenizer, TokenizerError, tokenizer_from_dict
 
 
 @dataclass
@@ -34,6 +35,11 @@ class PrepareResult:
                                        for s, v in t["splits"].items()),
             f"skipped    {t['skipped']}",
         ]
+        if t.get("empty_splits"):
+            empty = " and ".join(t["empty_splits"])
+            lines.insert(3, f"note       the {empty} split{'s are' if len(t['empty_splits']) > 1 else ' is'} empty: "
+                            f"{t['pieces']} piece{'s' if t['pieces'] != 1 else ''} cannot fill every split"
+                            + ("; training will run without validation" if "valid" in t["empty_splits"] else ""))
         for s in self.skipped[:20]:
             lines.append(f"  - {s['source']}: {s['reason']}")
         if len(self.skipped) > 20:
@@ -87,13 +93,40 @@ def _encode_file(path: str) -> dict[str, Any]:
         enc = tok.encode(load_score(data, name=path))
     except MidiReadError as e:
         return {"source": path, "sha256": sha, "reason": str(e).split(": ", 1)[-1]}
+    except TokenizerError as e:  # e.g. a piece that would last for days
+        return {"source": path, "sha256": sha, "reason": str(e)}
     except Exception as e:  # a tokenizer bug must not lose the other files
         return {"source": path, "sha256": sha, "reason": f"{type(e).__name__}: {e}"}
     if enc.notes == 0 or enc.ids.size == 0:
-        return {"source": path, "sha256": sha, "reason": "no notes (empty or drums only)"}
+        drums, silent = enc.stats.get("drum_notes", 0), enc.stats.get("zero_length", 0)
+        reason = (f"only drums ({drums} drum notes)" if drums else
+                  f"no playable notes ({silent} notes of zero length)" if silent else "no notes in any track")
+        return {"source": path, "sha256": sha, "reason": reason}
     seconds = tok.seconds(enc.ids)
     return {"source": path, "sha256": sha, "ids": enc.ids.astype(np.uint16), "notes": enc.notes,
-            "seconds": seconds if seconds is not None else (enc.seconds or 0.0), "stats": enc.stats}
+            "seconds": seconds if seconds is not None else (enc.seconds or 0.0), "stats": enc.stats,
+            "durations": None if enc.durations is None else duration_histogram(enc.durations)}
+
+
+# Note lengths are summarised in a histogram with log-spaced bins (1 ms to a day, 5 % apart), so
+# a corpus of millions of notes gives its percentiles without keeping every length.
+DURATION_EDGES = np.geomspace(1e-3, 86400.0, 401)
+
+
+def duration_histogram(durations: np.ndarray) -> np.ndarray:
+    return np.histogram(np.clip(durations, DURATION_EDGES[0], DURATION_EDGES[-1]), DURATION_EDGES)[0]
+
+
+def note_seconds(hist: np.ndarray) -> dict[str, float] | None:
+    """Percentiles of note length from a `duration_histogram` (each the upper edge of its bin, so
+    never below the true value), as the store's manifest records them."""
+    total = int(hist.sum())
+    if not total:
+        return None
+    cum = np.cumsum(hist)
+    upper = {f"p{q:g}".replace(".", ""): float(DURATION_EDGES[1 + int(np.searchsorted(cum, q / 100 * total))])
+             for q in (50, 99, 99.9)}
+    return {**upper, "max": float(DURATION_EDGES[1 + int(np.flatnonzero(hist)[-1])]), "notes": total}
 
 
 def _run_isolated(paths: list[str], tok_config: dict) -> Iterable[dict[str, Any]]:
@@ -160,7 +193,7 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
         from cadenza.data.corpora import materialize
 
         cf = materialize(corpus, workers=cfg.workers, progress=progress)
-        inputs, pre_skipped, extra = [cf.folder], cf.failures, {"corpus": corpus}
+        inputs, pre_skipped, extra = cf.midi, cf.failures, {"corpus": corpus}
     files = [str(f) for f in collect_midi_files(inputs)]
     if not files:
         raise FileNotFoundError(f"no MIDI files ({', '.join(MIDI_SUFFIXES)}) found in {', '.join(map(str, inputs))}")
@@ -172,9 +205,16 @@ def _tokenize_files(files: list[str], out: Path, tokenizer: Tokenizer, cfg: Prep
     workers = cfg.workers or min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                  else (os.cpu_count() or 1), 8)
     workers = max(1, min(workers, len(files) // 8 or 1))
+    with output_folder(out, "prepare"):
+        return _write_store(files, out, tokenizer, cfg, workers, progress, pre_skipped, extra_manifest)
+
+
+def _write_store(files: list[str], out: Path, tokenizer: Tokenizer, cfg: PrepareConfig, workers: int,
+                 progress: bool, pre_skipped: list[dict], extra_manifest: dict | None) -> PrepareResult:
     skipped = list(pre_skipped)
     writer = StoreWriter(out, tokenizer)
     seen: dict[str, str] = {}
+    lengths = np.zeros(len(DURATION_EDGES) - 1, np.int64)
     from tqdm import tqdm
 
     bar = tqdm(total=len(files), unit="file", desc="prepare", disable=not progress, file=sys.stderr,
@@ -189,6 +229,8 @@ def _tokenize_files(files: list[str], out: Path, tokenizer: Tokenizer, cfg: Prep
                 skipped.append({"source": r["source"], "reason": f"duplicate of {seen[r['sha256']]}"})
                 continue
             seen[r["sha256"]] = r["source"]
+            if r["durations"] is not None:
+                lengths += r["durations"]
             writer.add(r["ids"], source=r["source"], sha256=r["sha256"], notes=r["notes"],
                        seconds=r["seconds"], stats=r["stats"])
             bar.set_postfix(kept=len(writer.pieces), skipped=len(skipped), refresh=False)
@@ -201,5 +243,6 @@ def _tokenize_files(files: list[str], out: Path, tokenizer: Tokenizer, cfg: Prep
         writer.abort()
         raise ValueError(f"none of the {len(files)} files could be used; first reasons: "
                          + "; ".join(f"{s['source']}: {s['reason']}" for s in skipped[:3]))
-    writer.close(skipped, cfg.valid_fraction, cfg.test_fraction, extra=extra_manifest)
+    extra = {**(extra_manifest or {}), "note_seconds": note_seconds(lengths)}
+    writer.close(skipped, cfg.valid_fraction, cfg.test_fraction, extra=extra)
     return PrepareResult(TokenStore(out), skipped)

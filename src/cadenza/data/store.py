@@ -50,13 +50,17 @@ def split_of(sha256: str, valid_fraction: float, test_fraction: float) -> str:
 
 
 def assign_splits(shas: list[str], valid_fraction: float, test_fraction: float) -> list[str]:
-    """`split_of` for each piece, ensuring a requested split is not left empty when there are >= 3 pieces.
+    """`split_of` for each piece, then moved so that train is never empty and, from 3 pieces on,
+    no requested split is empty.
 
-    When hashing leaves a requested split empty, the train piece whose hash lies closest to that
-    split's interval moves into it, which is still a deterministic function of the contents.
+    A piece moves out of train into an empty split when its hash lies closest to that split's
+    interval; into an empty train, the piece whose hash lies highest (closest to train's interval)
+    moves. Both are deterministic functions of the contents.
     """
     splits = [split_of(s, valid_fraction, test_fraction) for s in shas]
     u = np.array([int(s[:16], 16) / 2**64 for s in shas])
+    if shas and "train" not in splits:
+        splits[int(np.argmax(u))] = "train"
     bounds = {"test": (0.0, test_fraction), "valid": (test_fraction, test_fraction + valid_fraction)}
     for name, frac in (("valid", valid_fraction), ("test", test_fraction)):
         if frac <= 0 or name in splits or splits.count("train") < 2:
@@ -106,12 +110,15 @@ class StoreWriter:
         for p, s in zip(free, assign_splits([p["sha256"] for p in free], valid_fraction, test_fraction)):
             p["split"] = s
         skipped = list(skipped)
+        wanted = {"valid": valid_fraction, "test": test_fraction}
+        empty = [s for s in SPLITS if wanted.get(s, 1) > 0 and not any(p["split"] == s for p in self.pieces)]
         totals = {
             "pieces": len(self.pieces),
             "tokens": self.offsets[-1],
             "notes": int(sum(p.get("notes", 0) for p in self.pieces)),
             "seconds": float(sum(p.get("seconds", 0.0) for p in self.pieces)),
             "skipped": len(skipped),
+            "empty_splits": empty,
             "splits": {s: {"pieces": sum(p["split"] == s for p in self.pieces),
                            "tokens": int(sum(p["tokens"] for p in self.pieces if p["split"] == s))}
                        for s in SPLITS},

@@ -181,6 +181,10 @@ def _accelerator_findings(r: dict, device: str, precision: str | None, add) -> N
     if len(gpus) > 1 and not t.get("nccl"):
         add("warn", "no_nccl", f"NCCL is unavailable with {len(gpus)} GPUs: multi-GPU training falls back to gloo "
             "(slow) or fails", f"install the Linux CUDA wheel of torch, which bundles NCCL: {_wheel_fix(r, driver)}")
+    if precision == "bf16" and target == "cpu" and not t.get("cpu_bf16", True):
+        add("warn", "no_cpu_bf16", "bf16 requested on a CPU without native bf16 (no AVX512-BF16 or AMX): bf16 "
+            "arithmetic is emulated, slower than fp32, and the LSTM's cell runs in fp32",
+            "use --precision fp32, or auto, which picks fp32 on this CPU")
     if precision == "bf16" and target == "cuda":
         for g in (g for g in gpus if not g["bf16"]):
             add("error", "no_bf16", f"bf16 requested but GPU {g['index']} ({g['name']}, compute capability "
@@ -259,11 +263,13 @@ def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: s
                                                                  else "")))
     for g in t.get("gpus", []):
         rows.append((f"  cuda:{g['index']}", f"{g['name']}  cc {g['capability']}  {_size(g['memory_bytes'])}  "
-                                            f"bf16 {'yes' if g['bf16'] else 'no'}  TF32 {'yes' if g['tf32'] else 'no'}"))
+                     f"bf16 {'yes' if g['bf16'] else 'no'}  TF32 {'yes' if g['tf32'] else 'no'}"))
     cvd = r["cuda_visible_devices"]
     c = r["cpu"]
     rows += [("CUDA_VISIBLE_DEVICES", "(unset)" if cvd is None else repr(cvd)),
              ("MPS", "yes" if t.get("mps") else "no"),
+             ("CPU", f"{c.get('model') or '-'}; {' '.join(c.get('isa') or []) or 'no SIMD flags read'}; native bf16 "
+                     f"{'yes' if t.get('cpu_bf16') else 'no'}"),
              ("CPU threads", f"{c['usable']} usable of {c['count']}, torch {c['torch_threads']}, "
                              f"OMP_NUM_THREADS={c['omp_num_threads'] or '(unset)'}"),
              ("/dev/shm", _size(r["shm_bytes"]))]

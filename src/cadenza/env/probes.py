@@ -68,7 +68,7 @@ class Probes:
         t: dict[str, Any] = {"installed": True, "version": torch.__version__, "cuda": torch.version.cuda,
                              "hip": getattr(torch.version, "hip", None), "cudnn": None, "nccl": None,
                              "cuda_available": False, "cuda_error": None, "device_count": 0, "gpus": [],
-                             "mps": False, "threads": torch.get_num_threads()}
+                             "mps": False, "threads": torch.get_num_threads(), "cpu_bf16": _cpu_bf16()}
         with warnings.catch_warnings(record=True) as caught:  # "driver too old" arrives as a warning
             warnings.simplefilter("always")
             t["cuda_available"] = bool(torch.cuda.is_available())
@@ -162,5 +162,14 @@ class Probes:
         return found + [str(p) for p in tools.soundfonts()]
 
     def cpu(self) -> dict:
+        from cadenza.env.record import cpu_info
+
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        return {"count": os.cpu_count(), "usable": usable}
+        info = cpu_info()
+        return {"count": os.cpu_count(), "usable": usable, "model": info["model"], "isa": info["isa"]}
+
+
+def _cpu_bf16() -> bool:
+    from cadenza.env.device import cpu_supports_bf16
+
+    return cpu_supports_bf16()

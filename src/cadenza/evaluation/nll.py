@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from cadenza.data.store import TokenStore
 from cadenza.env.device import autocast
-from cadenza.models.loss import IGNORE_INDEX
+from cadenza.models.loss import IGNORE_INDEX, inputs_targets
 
 
 @dataclass
@@ -119,3 +119,19 @@ def _lstm_nll(model, view: np.ndarray, device, precision: str, chunk: int = 2048
         logits = logits if logits.dtype == torch.float64 else logits.float()
         out.append(F.cross_entropy(logits[0], y[0], reduction="none").cpu().numpy())
     return np.concatenate(out)
+
+
+@torch.no_grad()
+def window_loss(model, windows: torch.Tensor, pad_id: int, device, precision: str, batch: int = 16) -> float:
+    """Mean NLL per target token (nats) over fixed windows."""
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch):
+        x, y = inputs_targets(windows[i:i + batch].to(device), pad_id)
+        with autocast(device, precision):
+            _, loss = model(x, y)
+        n = int((y != IGNORE_INDEX).sum())
+        total += float(loss) * n
+        count += n
+    model.train()
+    return total / max(count, 1)

@@ -4,10 +4,19 @@ generated samples compares with real music (metrics, overlap, memorisation)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cadenza.data.store import TokenStore
+from cadenza.data.store import SPLITS, TokenStore
+from cadenza.settings import setting, validate
+
+
+@dataclass
+class EvaluateConfig:
+    split: str = setting("test", choices=SPLITS, doc="the split whose NLL is measured")
+    stride: int | None = setting(None, ge=1, doc="window stride in tokens (default: half the context)")
+    reference_split: str = setting("train", choices=SPLITS, doc="the pieces samples are compared with")
 
 
 def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLike | None = None, *,
@@ -18,6 +27,7 @@ def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLik
     With `samples` (a folder of MIDI) and `reference` (a store): musical metrics of the samples
     against the reference pieces, their overlapping areas, and the longest run a sample copies.
     Both at once give {"nll": ..., "samples": ...}. With `json_path`, the result is also written."""
+    validate(EvaluateConfig(split, stride, reference_split))
     out: dict[str, Any] = {}
     if checkpoint is not None or data is not None:
         if checkpoint is None or data is None:
@@ -43,10 +53,6 @@ def nll_report(checkpoint, data, split: str = "test", stride: int | None = None,
     from cadenza.evaluation.nll import token_nll
     from cadenza.models import checkpoint as ckpt
 
-    if stride is not None and stride < 1:
-        from cadenza.settings import SettingError
-
-        raise SettingError("stride", f"must be >= 1, got {stride}")
     dev = pick_device(device)
     model, meta = ckpt.load_model(checkpoint, dev)
     store = TokenStore(data)

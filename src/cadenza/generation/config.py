@@ -28,7 +28,8 @@ class SamplingConfig:
     primer_seconds: float | None = setting(None, gt=0, doc="use only the primer's first S seconds")
     constrained: bool = setting(True, doc="grammar-constrained decoding: every note that starts, ends")
     max_polyphony: int | None = setting(None, ge=1, le=128, doc="at most this many notes sounding at once")
-    max_note_seconds: float | None = setting(None, gt=0, doc="release any note held this long")
+    max_note_seconds: float | None = setting(None, ge=0, doc="release any note held this long (default: the "
+                                             "99.9th percentile of note lengths in the training data; 0: no limit)")
     stop_at_eos: bool = setting(True, doc="a piece may end before its length (False: every sample runs to it)")
     batch_size: int = setting(8, ge=1, le=1024, doc="samples generated together")
     use_cache: bool = setting(True, doc="KV cache (False recomputes every window; the tests' reference)")

@@ -23,7 +23,7 @@ from cadenza.atomic import write_json
 from cadenza.data.midi import write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.generation.config import SamplingConfig
-from cadenza.generation.sampler import generate_ids
+from cadenza.generation.sampler import generate_ids, sample_seeds
 from cadenza.models import checkpoint as ckpt
 
 
@@ -68,7 +68,8 @@ def generate(checkpoint: str | os.PathLike, config: SamplingConfig | dict | None
         raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
     prompt = [tok.bos_id] + (tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else [])
     t0 = time.time()
-    all_ids = _sample(model, tok, prompt, cfg, dev, progress)
+    limit = note_limit(cfg, meta)
+    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit)
     elapsed = time.time() - t0
     scores, stats = [], []
     for ids in all_ids:
@@ -78,7 +79,7 @@ def generate(checkpoint: str | os.PathLike, config: SamplingConfig | dict | None
         stats.append({"tokens": len(ids), "primer_tokens": len(prompt) - 1, "notes": score.note_num(),
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
-           "device": str(dev), "generation_seconds": elapsed,
+           "device": str(dev), "max_note_seconds": limit, "generation_seconds": elapsed,
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
     result = Generation(scores, all_ids, stats, cfg, run=run)
     if out is not None:
@@ -86,22 +87,37 @@ def generate(checkpoint: str | os.PathLike, config: SamplingConfig | dict | None
     return result
 
 
-def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool) -> list[list[int]]:
-    """All samples, `batch_size` at a time, from one generator seeded with `seed`."""
+def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
+            max_note_seconds: float | None) -> list[list[int]]:
+    """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
+    (`seed`, i), so it is the same whatever the batch size or number of samples."""
     from tqdm import tqdm
 
-    g = torch.Generator(device=dev).manual_seed(cfg.seed)
     out: list[list[int]] = []
-    batches = range(0, cfg.num_samples, cfg.batch_size)
-    for start in tqdm(batches, unit="batch", desc="generate", disable=not progress or len(batches) < 2,
-                      file=sys.stderr):
+    budget = cfg.token_budget()
+    batches = list(range(0, cfg.num_samples, cfg.batch_size))
+    for k, start in enumerate(batches):
         b = min(cfg.batch_size, cfg.num_samples - start)
         p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
-        out += generate_ids(model, p, cfg.token_budget(), tok, temperature=cfg.temperature, top_k=cfg.top_k,
-                            top_p=cfg.top_p, generator=g, constrained=cfg.constrained,
-                            max_polyphony=cfg.max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
-                            stop_seconds=cfg.seconds, max_note_seconds=cfg.max_note_seconds)
+        desc = f"generate {k + 1}/{len(batches)}" if len(batches) > 1 else "generate"
+        # In a log file (no terminal) one line every 30 s, not one per token.
+        with tqdm(total=budget, unit="tok", desc=desc, disable=not progress, file=sys.stderr, leave=False,
+                  mininterval=0.1 if sys.stderr.isatty() else 30) as bar:
+            out += generate_ids(model, p, budget, tok, temperature=cfg.temperature, top_k=cfg.top_k,
+                                top_p=cfg.top_p, seeds=sample_seeds(cfg.seed, start, b), constrained=cfg.constrained,
+                                max_polyphony=cfg.max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
+                                stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
+                                on_token=lambda n: bar.update(n - bar.n))
     return out
+
+
+def note_limit(cfg: SamplingConfig, meta: dict) -> float | None:
+    """The longest a note may sound: the setting, else the 99.9th percentile of note lengths in the
+    training data (recorded by `prepare`, carried by the checkpoint), so real long notes survive
+    and a forgotten note-off does not hold a note for the rest of the piece; 0 means no limit."""
+    if cfg.max_note_seconds is not None:
+        return cfg.max_note_seconds or None
+    return (meta.get("note_seconds") or {}).get("p999")
 
 
 def _write(result: Generation, out: Path, render: bool) -> None:

@@ -9,6 +9,9 @@ MusicTransformer-Pytorch samples), which the tests use as the reference.
 
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
 import torch
 
 from cadenza.generation.filters import filter_logits
@@ -42,18 +45,46 @@ class _Window:
         return logits[:, -1]
 
 
+def sample_seeds(seed: int, first: int, count: int) -> list[int]:
+    """The seed of each sample: sample i of a generation seeded `seed` draws from a random stream of
+    its own, so it is the same whatever the batch size or the number of samples around it."""
+    return [int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0] >> 1)
+            for i in range(first, first + count)]
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from `probs` (B, V) given uniforms `u` (B,) in [0, 1): the first token whose
+    cumulative probability exceeds u. A token of probability 0 is never drawn."""
+    cdf = probs.cumsum(-1)
+    x = (u.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, x, right=True).clamp_(max=probs.shape[-1] - 1)
+
+
+def _uniforms(b: int, n: int, device, generator: torch.Generator | None, seeds: list[int] | None) -> torch.Tensor:
+    """(B, n) uniforms: row r from its own stream `seeds[r]`, or all from one `generator`."""
+    if seeds is None:
+        return torch.rand(b, n, generator=generator, device=device)
+    if len(seeds) != b:
+        raise ValueError(f"{len(seeds)} seeds for a batch of {b}")
+    return torch.stack([torch.rand(n, generator=torch.Generator(device=device).manual_seed(s), device=device)
+                        for s in seeds])
+
+
 @torch.inference_mode()
 def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-                 constrained: bool = True, max_polyphony: int | None = None, use_cache: bool = True,
-                 stop_at_eos: bool = True, slide: int | None = None,
-                 stop_seconds: float | None = None, max_note_seconds: float | None = None) -> list[list[int]]:
+                 seeds: list[int] | None = None, constrained: bool = True, max_polyphony: int | None = None,
+                 use_cache: bool = True, stop_at_eos: bool = True, slide: int | None = None,
+                 stop_seconds: float | None = None, max_note_seconds: float | None = None,
+                 on_token: Callable[[int], None] | None = None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
 
-    Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). With
+    Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). Randomness comes
+    from `seeds` (one per row: a row's tokens do not depend on the other rows) or `generator`. With
     `constrained` the tokenizer's grammar masks impossible events and closes open notes. With
     `stop_seconds` (tokenizers with a clock) a sequence stops once its new tokens span that time.
-    With `stop_at_eos=False` EOS is masked, so every sample runs to its length.
+    With `stop_at_eos=False` EOS is masked, so every sample runs to its length. `on_token(n)` is
+    called after each step with the number of steps taken (a progress bar).
     """
     model.eval()
     b, t0 = prompts.shape
@@ -66,29 +97,18 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
     seq = torch.full((b, t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
     seq[:, :t0] = prompts
-    done = torch.zeros(b, dtype=torch.bool, device=device)
-    exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
-    clock = torch.zeros(b, dtype=exact, device=device)
-    secs = tokenizer.token_seconds() if stop_seconds is not None else None
-    if secs is not None:
-        secs = torch.as_tensor(secs, dtype=exact, device=device)
-    pad = torch.full((b, 1), tokenizer.pad_id, dtype=torch.long, device=device)
+    u = _uniforms(b, max_new_tokens, device, generator, seeds)
+    stop = _Stop(tokenizer, b, device, stop_at_eos, stop_seconds)
     n_new, n = t0, t0
-    for _ in range(max_new_tokens):
-        logits = window.next_logits(seq[:, :n], n_new)
-        logits = filter_logits(logits, temperature, top_k, top_p, grammar.allowed())
-        nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
-        nxt = torch.where(done[:, None], pad, nxt)
-        grammar.observe(nxt)
-        seq[:, n] = nxt[:, 0]
-        n += 1
-        n_new = 1
-        if stop_at_eos:
-            done |= nxt[:, 0] == tokenizer.eos_id
-        if secs is not None:
-            clock += secs[nxt[:, 0]]
-            done |= clock >= stop_seconds - 1e-9
-        if (stop_at_eos or stop_seconds is not None) and bool(done.all()):
+    for step in range(max_new_tokens):
+        logits = filter_logits(window.next_logits(seq[:, :n], n_new), temperature, top_k, top_p, grammar.allowed())
+        nxt = torch.where(stop.done, tokenizer.pad_id, inverse_cdf(torch.softmax(logits, dim=-1), u[:, step])[:, 0])
+        grammar.observe(nxt[:, None])
+        seq[:, n] = nxt
+        n, n_new = n + 1, 1
+        if on_token is not None:
+            on_token(step + 1)
+        if stop.update(nxt):
             break
     out = []
     for row in seq[:, t0:n].tolist():
@@ -98,3 +118,24 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
             row.pop()
         out.append(row)
     return grammar.close(out) if constrained else out
+
+
+class _Stop:
+    """Which rows are finished: an EOS, or (for tokenizers with a clock) enough seconds of music."""
+
+    def __init__(self, tokenizer, b: int, device, at_eos: bool, seconds: float | None):
+        self.eos, self.at_eos, self.seconds = tokenizer.eos_id, at_eos, seconds
+        self.done = torch.zeros(b, dtype=torch.bool, device=device)
+        exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+        self.clock = torch.zeros(b, dtype=exact, device=device)
+        secs = tokenizer.token_seconds() if seconds is not None else None
+        self.secs = torch.as_tensor(secs, dtype=exact, device=device) if secs is not None else None
+
+    def update(self, nxt: torch.Tensor) -> bool:
+        """Take in the tokens just drawn; True when every row is finished."""
+        if self.at_eos:
+            self.done |= nxt == self.eos
+        if self.secs is not None:
+            self.clock += self.secs[nxt]
+            self.done |= self.clock >= self.seconds - 1e-9
+        return (self.at_eos or self.seconds is not None) and bool(self.done.all())

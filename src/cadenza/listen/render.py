@@ -7,9 +7,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadenza.data.midi import read_notes
-from cadenza.listen.audio import SAMPLE_RATE, choose_backend, synthesize, write_wav
+from cadenza.listen.audio import BACKENDS, SAMPLE_RATE, choose_backend, synthesize, write_wav
 from cadenza.listen.pianoroll import piano_roll
 from cadenza.listen.score import render_score
+from cadenza.settings import setting, validate
+
+
+@dataclass
+class RenderConfig:
+    """The audio settings of a render, each with its valid range."""
+
+    sample_rate: int = setting(SAMPLE_RATE, ge=8000, le=192000, doc="WAV sample rate in Hz")
+    backend: str = setting("auto", choices=BACKENDS, doc="auto: FluidSynth when installed, else numpy")
 
 
 def render_file(path: str | os.PathLike, wav: bool = True, png: bool = True, score: bool = False,
@@ -20,6 +29,7 @@ def render_file(path: str | os.PathLike, wav: bool = True, png: bool = True, sco
     Files go to ``out_dir`` (default: beside the MIDI file). Returns {"wav"|"png"|"score": path}
     for what was written; "score" is missing when MuseScore is absent.
     """
+    validate(RenderConfig(sample_rate, backend))
     path = Path(path)
     out = Path(out_dir) if out_dir is not None else path.parent
     notes = read_notes(path)[0]
@@ -51,6 +61,7 @@ def render(files, *, wav: bool = True, png: bool = True, score: bool = False,
     from cadenza.env.tools import find_musescore
     from cadenza.listen.audio import fluidsynth_note
 
+    validate(RenderConfig(sample_rate, backend))
     files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     res = RenderResult()
     if wav and backend == "auto" and (note := fluidsynth_note(soundfont)):

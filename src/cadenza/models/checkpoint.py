@@ -5,7 +5,8 @@
 * ``model.safetensors``: the unwrapped module's weights (no DDP ``module.`` or compile
   ``_orig_mod.`` prefixes; tied weights stored once);
 * ``checkpoint.json``: model, tokenizer and training config, step, valid and best valid loss,
-  library versions, git commit, the data manifest hash and the environment;
+  library versions, git commit, the data manifest hash, the environment, and the size and
+  sha256 of each file, so a truncated or replaced file is caught before it is read (`verify`);
 * ``state.pt``: optimizer, grad scaler and RNG states, tensors and plain containers only,
   loaded with ``torch.load(weights_only=True)``, so a malicious file cannot run code.
 
@@ -16,13 +17,16 @@ a run folder, a checkpoints folder or a step folder and gets the model without a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_model as st_load_model
 from safetensors.torch import save_model as st_save_model
 
@@ -63,8 +67,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, meta: dict[str
         st_save_model(unwrap(model), str(tmp / "model.safetensors"))
         if state is not None:
             torch.save(state, tmp / "state.pt")
+        files = {f.name: _fingerprint(f) for f in (tmp / "model.safetensors", tmp / "state.pt") if f.exists()}
         write_json(tmp / "checkpoint.json", {"format": FORMAT, "format_version": FORMAT_VERSION,
-                                             "step": step, **meta})
+                                             "step": step, **meta, "files": files})
     prune(run_dir, keep_last)
     return dest
 
@@ -94,10 +99,66 @@ def read_meta(step_dir: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
+def _fingerprint(path: Path) -> dict[str, Any]:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def verify(step_dir: str | os.PathLike) -> str | None:
+    """Why a checkpoint folder cannot be trusted (missing, truncated, changed since it was saved, not
+    safetensors), or None when it verifies against the checksums recorded at save time."""
+    step_dir = Path(step_dir)
+    try:
+        meta = read_meta(step_dir)
+    except CheckpointError as e:
+        return str(e).split(": ", 1)[-1]
+    for name, want in meta.get("files", {}).items():
+        f = step_dir / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != want["bytes"]:
+            return f"{name} is {f.stat().st_size:,} bytes, {want['bytes']:,} when it was saved: truncated or replaced"
+        if _fingerprint(f)["sha256"] != want["sha256"]:
+            return f"{name} does not match the checksum recorded when it was saved"
+    if "files" not in meta:  # written before checksums were recorded: at least parse the header
+        try:
+            with safe_open(str(step_dir / "model.safetensors"), "pt") as f:
+                f.keys()
+        except Exception as e:  # SafetensorError, OSError: the message is the reason
+            return f"model.safetensors is not readable ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return None
+
+
+def last_good(run_dir: str | os.PathLike, before: Path | None = None) -> Path | None:
+    """The newest checkpoint of a run that verifies (other than `before`)."""
+    for _, d in reversed(list_checkpoints(run_dir)):
+        if d != before and verify(d) is None:
+            return d
+    return None
+
+
+def invalid(step_dir: Path, reason: str) -> CheckpointError:
+    """The one-line error for a checkpoint that does not verify, naming the last good one."""
+    run = step_dir.parent.parent if step_dir.parent.name == CKPT else step_dir.parent
+    good = last_good(run, before=step_dir)
+    hint = f"the last good one is {good}" if good else f"no other checkpoint in {run} verifies"
+    return CheckpointError(f"{step_dir} is not a valid checkpoint ({reason}); {hint}")
+
+
 def best_checkpoint(run_dir) -> Path | None:
-    scored = [(read_meta(d).get("valid_loss"), s, d) for s, d in list_checkpoints(run_dir)]
+    scored = [(_meta_or_none(d).get("valid_loss"), s, d) for s, d in list_checkpoints(run_dir)]
     scored = [x for x in scored if x[0] is not None]
     return min(scored, key=lambda x: (x[0], -x[1]))[2] if scored else None
+
+
+def _meta_or_none(step_dir: Path) -> dict[str, Any]:
+    try:
+        return read_meta(step_dir)
+    except CheckpointError:  # `load_model` / `resume` say what is wrong with it
+        return {}
 
 
 def latest_checkpoint(run_dir) -> Path | None:
@@ -131,7 +192,13 @@ def resolve(path: str | os.PathLike, prefer: str = "best") -> Path:
 def load_weights(model: torch.nn.Module, step_dir: str | os.PathLike) -> None:
     """Load a checkpoint's weights into `model`, every tensor's name and shape checked."""
     step_dir = Path(step_dir)
-    missing, unexpected = st_load_model(model, str(step_dir / "model.safetensors"), strict=False)
+    try:
+        missing, unexpected = st_load_model(model, str(step_dir / "model.safetensors"), strict=False)
+    except RuntimeError as e:  # a tensor of another shape: the config does not match the weights
+        raise CheckpointError(f"{step_dir}: weights do not match the model config ({str(e).splitlines()[0]})") from None
+    except Exception as e:  # SafetensorError and the like: not a weights file at all
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise invalid(step_dir, f"model.safetensors: {why}") from None
     missing = [m for m in missing if not _is_tied(model, m)]
     if unexpected or missing:
         raise CheckpointError(f"{step_dir}: weights do not match the model config "
@@ -141,6 +208,9 @@ def load_weights(model: torch.nn.Module, step_dir: str | os.PathLike) -> None:
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", prefer: str = "best"):
     """Rebuild the model of a checkpoint from its JSON and load its weights. -> (model, meta)."""
     step_dir = resolve(path, prefer)
+    reason = verify(step_dir)
+    if reason:
+        raise invalid(step_dir, reason)
     meta = read_meta(step_dir)
     model = build_model(ModelConfig(**meta["config"]["model"]))
     load_weights(model, step_dir)
@@ -166,12 +236,21 @@ def load_state(step_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def resume(run_dir: str | os.PathLike, model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Everything a run needs to continue: the newest checkpoint's weights loaded into `model`
-    (names and shapes checked), and its (meta, training state)."""
-    last = latest_checkpoint(run_dir)
-    if last is None:
+    """Everything a run needs to continue: the newest checkpoint that verifies, its weights loaded
+    into `model` (names and shapes checked), its (meta, training state). A newer checkpoint that
+    does not verify (a crash mid-write, a damaged disk) is skipped, saying so."""
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
         raise FileNotFoundError(f"{run_dir}: nothing to resume (no complete checkpoint)")
-    meta = read_meta(last)
-    load_weights(model, last)
-    meta["path"] = str(last)
-    return meta, load_state(last)
+    newest = ckpts[-1][1]
+    reason = verify(newest)
+    step_dir = newest if reason is None else last_good(run_dir, before=newest)
+    if step_dir is None:
+        raise invalid(newest, reason)
+    if step_dir != newest:
+        print(f"warning: {newest} is not a valid checkpoint ({reason}); resuming from {step_dir}",
+              file=sys.stderr)
+    meta = read_meta(step_dir)
+    load_weights(model, step_dir)
+    meta["path"] = str(step_dir)
+    return meta, load_state(step_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cadenza.env.device import cpu_supports_bf16
 from cadenza.models.config import ModelConfig
 from cadenza.models.loss import next_token_loss
 
@@ -43,13 +44,23 @@ class MusicLSTM(nn.Module):
     def forward(self, ids: torch.Tensor, targets: torch.Tensor | None = None, cache: LSTMState | None = None):
         x = self.drop(self.tok_emb(ids))
         if cache is not None:
-            y, (h, c) = self.lstm(x, (cache.h.to(x.dtype), cache.c.to(x.dtype)))
+            y, (h, c) = self._lstm(x, (cache.h.to(x.dtype), cache.c.to(x.dtype)))
             cache.h, cache.c = h, c
             cache.pos += ids.shape[1]
         else:
-            y, _ = self.lstm(x)
+            y, _ = self._lstm(x, None)
         logits = self.head(self.drop(y))
         return logits, next_token_loss(logits, targets)
+
+    def _lstm(self, x: torch.Tensor, state):
+        """The recurrent cell. On a CPU without native bf16 (no AVX512-BF16 or AMX), oneDNN has no
+        bf16 LSTM at all ("could not create a primitive descriptor"), so under bf16 autocast the
+        cell runs in fp32 there; the embedding and the head still run in bf16."""
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not cpu_supports_bf16():
+            with torch.autocast("cpu", enabled=False):
+                state = tuple(t.float() for t in state) if state is not None else None
+                return self.lstm(x.float(), state)
+        return self.lstm(x, state)
 
     def flops_per_token(self, seq_len: int) -> float:
         return 6 * sum(p.numel() for p in self.parameters() if p is not self.tok_emb.weight)

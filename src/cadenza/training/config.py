@@ -80,7 +80,8 @@ def setting_names() -> set[str]:
 
 
 def presets() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("cadenza.training.presets").iterdir() if p.name.endswith(".toml"))
+    folder = resources.files("cadenza.training.presets")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
 def load_preset(name: str) -> dict[str, Any]:

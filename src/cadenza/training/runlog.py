@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cadenza.atomic import write_json
+from cadenza.atomic import write_json, write_text
 from cadenza.env.device import peak_memory_mb
 
 
@@ -24,6 +24,8 @@ class RunLog:
         write_json(out / "config.json", config)
         self._write_run_json(run_meta, start_step)
         self.tb = SummaryWriter(str(out / "tb"), purge_step=start_step + 1 if start_step else None)
+        if start_step:
+            _truncate_log(out / "metrics.jsonl", start_step)
         self._metrics = open(out / "metrics.jsonl", "a", buffering=1)  # line-buffered: one record, one write
 
     def _write_run_json(self, run_meta: dict[str, Any], start_step: int) -> None:
@@ -57,6 +59,22 @@ class RunLog:
     def close(self) -> None:
         self.tb.close()
         self._metrics.close()
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Keep the records up to `step`: a run resumed from an older checkpoint (a newer one did not
+    verify, or a kill came between a log line and its checkpoint) logs those steps again; a line cut
+    by a crash goes too."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    write_text(path, "".join(f"{line}\n" for line in kept))
 
 
 def say(msg: str) -> None:

@@ -11,6 +11,7 @@ CPU a resumed run reproduces the losses of an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -23,12 +24,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from cadenza.atomic import output_folder, remove_leftovers
 from cadenza.data.dataset import StepSampler, WindowDataset, fixed_windows
 from cadenza.data.store import TokenStore
 from cadenza.env.device import DistInfo, autocast, cleanup_distributed, resolve_precision, setup_distributed
 from cadenza.env.record import command_line
 from cadenza.models import build_model, checkpoint as ckpt, count_parameters
-from cadenza.models.loss import IGNORE_INDEX, inputs_targets
+from cadenza.evaluation.nll import window_loss
+from cadenza.models.loss import inputs_targets
 from cadenza.training.config import RunConfig, resolve
 from cadenza.training.runlog import RunLog, say
 from cadenza.training.signals import StopRequest
@@ -108,19 +111,33 @@ def train(cfg: RunConfig | None = None, data: str | os.PathLike | None = None, o
     dist = setup_distributed(cfg.train.device)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
-        s = _setup(cfg, Path(data), out, resume, dist)
-        if dist.is_main:
-            s.run_meta = _run_meta(s, data, command)
-            s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
-            _announce(s)
-        try:
-            return _loop(s, progress and dist.is_main)
-        finally:
-            if s.log is not None:
-                s.log.close()
+        with _run_folder(out, dist):
+            s = _setup(cfg, Path(data), out, resume, dist)
+            if dist.is_main:
+                s.run_meta = _run_meta(s, data, command)
+                s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
+                _announce(s)
+            try:
+                return _loop(s, progress and dist.is_main)
+            finally:
+                if s.log is not None:
+                    s.log.close()
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
         cleanup_distributed()
+
+
+@contextlib.contextmanager
+def _run_folder(out: Path, dist: DistInfo):
+    """The main process holds the run folder for the whole run: a second `train` into it stops at
+    once, leftovers of an interrupted checkpoint write are removed, and a folder this run created
+    goes again if it fails before its first checkpoint."""
+    if not dist.is_main:
+        yield
+        return
+    with output_folder(out, "train", keep=lambda f: bool(ckpt.list_checkpoints(f))):
+        remove_leftovers(out / ckpt.CKPT)
+        yield
 
 
 def _saved_data_path(out: Path) -> str:
@@ -209,7 +226,8 @@ def _loader(store: TokenStore, cfg: RunConfig, start_step: int, dist: DistInfo):
 
 def _run_meta(s: Session, data, command: str | None) -> dict[str, Any]:
     return {"command": command or command_line(), "data": str(data), "data_fingerprint": s.store.fingerprint,
-            "tokenizer": s.store.manifest["tokenizer"], "environment": _environment(),
+            "tokenizer": s.store.manifest["tokenizer"], "note_seconds": s.store.manifest.get("note_seconds"),
+            "environment": _environment(),
             "parameters": count_parameters(s.raw), "precision": s.precision, "device": str(s.device),
             "world_size": s.dist.world_size}
 
@@ -316,22 +334,6 @@ def _stop_reason(s: Session, stop: StopRequest, out_of_time: bool) -> str | None
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         reason = codes[int(flag.item()) - 1] if flag.item() > 0 else None
     return reason
-
-
-@torch.no_grad()
-def window_loss(model, windows: torch.Tensor, pad_id: int, device, precision: str, batch: int = 16) -> float:
-    """Mean NLL per target token (nats) over fixed windows."""
-    model.eval()
-    total, count = 0.0, 0
-    for i in range(0, len(windows), batch):
-        x, y = inputs_targets(windows[i:i + batch].to(device), pad_id)
-        with autocast(device, precision):
-            _, loss = model(x, y)
-        n = int((y != IGNORE_INDEX).sum())
-        total += float(loss) * n
-        count += n
-    model.train()
-    return total / max(count, 1)
 
 
 def _evaluate(s: Session) -> float:

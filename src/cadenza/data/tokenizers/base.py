@@ -49,6 +49,7 @@ class Encoded:
     notes: int
     stats: dict[str, int] = field(default_factory=dict)
     seconds: float | None = None  # music spanned, for tokenizers without a clock (see Tokenizer.seconds)
+    durations: np.ndarray | None = None  # each note's length in seconds, when encoded from notes
 
 
 class Tokenizer(ABC):

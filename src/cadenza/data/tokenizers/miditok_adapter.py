@@ -88,7 +88,8 @@ class MidiTokTokenizer(Tokenizer):
         seqs = self._tok.encode(notes_to_score(notes))
         seq = seqs[0] if isinstance(seqs, list) else seqs
         ids = np.asarray(seq.ids, dtype=np.int64)
-        return Encoded(ids=ids, notes=len(notes), stats=stats, seconds=notes.duration)
+        return Encoded(ids=ids, notes=len(notes), stats=stats, seconds=notes.duration,
+                       durations=notes.end - notes.start)
 
     def decode(self, ids):
         report = DecodeReport()

@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, keep_longest, notes_to_score, read_notes, score_to_notes
+from cadenza.data.midi import Notes, notes_to_score, read_notes, run_max, score_to_notes
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
 
 NUM_PITCHES = 128
-_T_LIMIT = 1 << 40  # steps (348 years at 10 ms): times are packed with 15 more bits into int64
+MAX_HOURS = 24  # a longer piece is a corrupt tempo or delta time, and would be billions of tokens
 
 
 class PerformanceTokenizer(Tokenizer):
@@ -123,7 +123,7 @@ class PerformanceTokenizer(Tokenizer):
             stats = rs.as_dict()
         ids, grid = self.encode_notes(notes, return_stats=True)
         stats.update(grid)
-        return Encoded(ids=ids, notes=len(notes), stats=stats)
+        return Encoded(ids=ids, notes=len(notes), stats=stats, durations=notes.end - notes.start)
 
     def quantize(self, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         """Notes on the step grid: (start, end, pitch, velocity bin), ordered by pitch then start.
@@ -143,15 +143,16 @@ class PerformanceTokenizer(Tokenizer):
             s = s - down
             e = np.where(short & ~down, np.ceil(y).astype(np.int64), e)
         b = self.velocity_to_bin(notes.velocity)
-        if s.size and e.max() >= _T_LIMIT:
-            raise TokenizerError(f"piece longer than {_T_LIMIT / sps / 86400:.0f} days cannot be encoded")
+        if s.size and e.max() > MAX_HOURS * 3600 * sps:
+            raise TokenizerError(f"the piece lasts {e.max() / sps / 3600:,.0f} hours; pieces longer than "
+                                 f"{MAX_HOURS} hours are refused (a corrupt tempo or delta time?)")
         p = notes.pitch
         # `Notes` are ordered by pitch then onset, and rounding keeps that order: no sort needed.
         same = p[:-1] == p[1:]
         dup = same & (s[:-1] == s[1:])
         merged = int(np.count_nonzero(dup))
-        if merged:  # two onsets of one pitch on one step become one note, until the later release
-            e = keep_longest(e, dup)
+        if merged:  # two onsets of one pitch on one step become one note, to the later release, loudest
+            e, b = run_max(e, dup), run_max(b, dup)
             keep = np.append(~dup, True)
             s, e, p, b = s[keep], e[keep], p[keep], b[keep]
             same = p[:-1] == p[1:]
