@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
 
-    from cadenza.data.prepare import collect_midi_files
+    from cadenza.data.ingest import collect_midi_files
     from cadenza.data.tokenizers import PerformanceTokenizer
 
     if a.inputs:

@@ -98,7 +98,7 @@ def fake_corpus(tmp_path, monkeypatch):
     (root / "fakefolk" / "tunes.abc").write_text(TUNES)
     (root / "fakefolk" / "broken.abc").write_bytes(b"\x00\x01 not abc at all \xff")
     monkeypatch.setattr(C, "_music21_corpus_root", lambda: root)
-    monkeypatch.setitem(C.CORPORA, "fake", C.Corpus("fake", "fakefolk", (".abc",), "test corpus"))
+    monkeypatch.setitem(C.CORPORA, "fake", C.Corpus("fake", ("fakefolk",), (".abc",), "test corpus"))
     monkeypatch.setenv("CADENZA_CACHE", str(tmp_path / "cache"))
     return root
 

@@ -37,7 +37,7 @@ def test_prepare_a_builtin_corpus(fake_corpus, tmp_path):
     res = cadenza.prepare(corpus="fake", out=tmp_path / "store", workers=1, progress=False)
     assert len(res.store) == 2 and res.store.manifest["corpus"] == "fake"
     assert [s["source"] for s in res.skipped] == ["broken.abc"]  # music21's failure is named, not fatal
-    assert [c.name for c in cadenza.list_corpora()][:2] == ["bach", "essen"]
+    assert [c.name for c in cadenza.list_corpora()][:2] == ["bach", "palestrina"]
     with pytest.raises(ValueError, match="not both"):
         cadenza.prepare([fake_corpus], tmp_path / "x", corpus="fake")
 

@@ -11,6 +11,7 @@ The public API is one function per command-line verb::
     cadenza.doctor()                                          # cadenza doctor
     cadenza.run_demo("runs/demo")                             # cadenza demo
     cadenza.list_corpora()                                    # cadenza corpora
+    cadenza.list_models()                                     # cadenza models
 """
 
 __version__ = "0.1.0"
@@ -22,7 +23,7 @@ _LAZY = {name: module for module, names in (
     ("cadenza.training.trainer", "train"), ("cadenza.generation.generate", "generate"),
     ("cadenza.generation.config", "SamplingConfig"), ("cadenza.listen.render", "render"),
     ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
-    ("cadenza.env.doctor", "doctor"), ("cadenza.demo", "run_demo"),
+    ("cadenza.env.doctor", "doctor"), ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),
 ) for name in names.split()}
 
 __all__ = ["__version__", *_LAZY]

@@ -10,9 +10,9 @@ def _must_not_convert_marked(args):
     import json
     from pathlib import Path
 
-    src, out = args
-    marker = Path(out) / f".{C._key(Path(src))}.done.json"
-    assert marker.exists(), f"{src} converted twice"
+    unit, out = args
+    marker = Path(out) / f".{C._unit_key(unit)[2]}.done.json"
+    assert marker.exists(), f"{unit} converted twice"
     return json.loads(marker.read_text())
 
 
@@ -30,7 +30,7 @@ def test_materialize_converts_caches_and_names_failures(fake_corpus, tmp_path, m
 
 
 def test_unknown_corpus_lists_the_known_ones():
-    with pytest.raises(KeyError, match="available: bach, essen"):
+    with pytest.raises(KeyError, match="available: bach, palestrina, irish"):
         C.materialize("nope")
 
 
@@ -39,3 +39,11 @@ def test_builtin_corpora_exist_in_music21():
         files = C.source_files(C.CORPORA[name])
         assert len(files) > 25
     assert len(C.source_files(C.CORPORA["bach"])) >= 400
+
+
+def test_an_abc_book_is_split_into_tunes_that_convert_alone(fake_corpus, tmp_path):
+    header, tunes = C.split_abc("% a book\nL:1/8\n\nX:1\nT:A\nK:C\nCDE|\n\nX:2\nT:B\nK:G\nGAB|\n")
+    assert header == "% a book\nL:1/8\n\n" and [t.splitlines()[1] for t in tunes] == ["T:A", "T:B"]
+    res = C.materialize("fake", workers=1, progress=False, only={"tunes.abc#1"})
+    assert [p.name for p in res.midi] == ["tunes.abc-0001.mid"]  # one tune, without the rest of the book
+    assert res.sources == {"tunes.abc-0001.mid": "tunes.abc#1"}

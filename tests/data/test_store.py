@@ -10,7 +10,8 @@ import pytest
 from conftest import shared
 
 from cadenza.cli import main
-from cadenza.data.prepare import collect_midi_files, prepare
+from cadenza.data.ingest import collect_midi_files
+from cadenza.data.prepare import prepare
 from cadenza.data.store import StoreError, TokenStore, assign_splits, split_of
 from cadenza.data.tokenizers import PerformanceTokenizer
 
@@ -74,7 +75,7 @@ def test_duplicate_files_are_stored_once(midi_folder, tmp_path):
 def test_interrupted_prepare_never_leaves_a_complete_looking_store(midi_folder, tmp_path, monkeypatch):
     out = tmp_path / "s"
     prepare([midi_folder], out, workers=1, progress=False)
-    import cadenza.data.prepare as P
+    import cadenza.data.ingest as P
 
     calls = {"n": 0}
     real = P._encode_file

@@ -12,7 +12,7 @@ import sys
 
 from cadenza import __version__
 
-VERBS = ("prepare", "corpora", "train", "generate", "render", "evaluate", "bench", "doctor", "demo")
+VERBS = ("prepare", "corpora", "train", "generate", "models", "render", "evaluate", "bench", "doctor", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,16 +7,24 @@ import argparse
 from cadenza.cli.common import add_verb
 
 EPILOG = """examples:
+  cadenza generate --style irish --seconds 30 --render          # the shipped style model
+  cadenza generate --style bach --guidance 2 --num-samples 4    # follow the style more strongly
   cadenza generate --checkpoint runs/bach --num-samples 4 --seconds 30 --out samples/
   cadenza generate --checkpoint runs/bach --primer opening.mid --primer-seconds 8 --top-p 0.95 --render
 the same --seed gives the same MIDI, bit for bit, on the same machine."""
 
+
 def register(sub) -> argparse.ArgumentParser:
-    p = add_verb(sub, "generate", "sample new music (or continue a primer) from a checkpoint",
-                 "Sample MIDI from a trained checkpoint: a run folder (its best checkpoint) or a checkpoint "
-                 "folder. Decoding is grammar-constrained by default, so every note that starts also ends.",
+    p = add_verb(sub, "generate", "new music in a style, or continuing a primer, from a shipped model or yours",
+                 "Sample MIDI from the shipped style model, or from a trained checkpoint: a run folder (its "
+                 "best checkpoint) or a checkpoint folder. Decoding is grammar-constrained by default, so "
+                 "every note that starts also ends.",
                  epilog=EPILOG)
-    p.add_argument("--checkpoint", required=True, help="run folder or RUN/checkpoints/step-N")
+    p.add_argument("--checkpoint", help="run folder, RUN/checkpoints/step-N or a shipped model's name "
+                                         "(default: the shipped style model, see `cadenza models`)")
+    p.add_argument("--style", help="play in this style (see `cadenza models` for the styles of each model)")
+    p.add_argument("--guidance", type=float, help="classifier-free guidance (default 1; 1.5-3 follows the "
+                                                  "style more strongly)")
     p.add_argument("--primer", help="a MIDI file to continue")
     p.add_argument("--primer-seconds", type=float, help="use only the primer's first S seconds")
     p.add_argument("--num-samples", type=int, help="pieces to generate (default 1)")

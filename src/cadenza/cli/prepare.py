@@ -12,7 +12,11 @@ def register(sub) -> argparse.ArgumentParser:
                  "Tokenize MIDI files, folders (searched recursively) or a built-in corpus into a memory-mapped "
                  "token store. Bad files are skipped and listed.")
     s.add_argument("inputs", nargs="*", help="MIDI files or folders")
-    s.add_argument("--corpus", help="a built-in corpus instead of files (see `cadenza corpora`)")
+    s.add_argument("--corpus", help="built-in corpora instead of files, comma-separated (bach,irish,...; see "
+                                    "`cadenza corpora`): each corpus's name is its pieces' style")
+    s.add_argument("--style", help="label every file given with this style")
+    s.add_argument("--styles-from-folders", action="store_true",
+                   help="each first-level subfolder of a folder given is a style, named after it")
     s.add_argument("--out", required=True, help="store folder to write")
     s.add_argument("--tokenizer", default="performance",
                    help="performance (default, 388 events) or miditok:REMI, miditok:TSD, ...")
@@ -27,7 +31,8 @@ def register(sub) -> argparse.ArgumentParser:
 def run(a: argparse.Namespace) -> int:
     from cadenza.data.prepare import prepare
 
-    res = prepare(a.inputs, a.out, corpus=a.corpus, tokenizer=a.tokenizer, valid_fraction=a.valid_fraction,
-                  test_fraction=a.test_fraction, workers=a.workers, progress=not a.quiet)
+    res = prepare(a.inputs, a.out, corpus=a.corpus, style=a.style, styles_from_folders=a.styles_from_folders,
+                  tokenizer=a.tokenizer, valid_fraction=a.valid_fraction, test_fraction=a.test_fraction,
+                  workers=a.workers, progress=not a.quiet)
     print(res.summary())
     return 0

@@ -12,6 +12,7 @@ from cadenza.env import PRECISIONS
 EPILOG = """examples:
   cadenza train --data data/bach --out runs/bach --preset tiny --max-minutes 3
   cadenza train --out runs/bach --resume max_steps=4000
+  cadenza train --init styles --data data/mine --out runs/mine --preset finetune   # your style, in minutes
   cadenza train --data data/maestro --out runs/m --preset base --precision bf16 --grad-checkpoint
   torchrun --standalone --nproc_per_node 8 -m cadenza train --data data/maestro --out runs/m --preset base
 settings not covered by a flag: key=value (model.d_model=384, lr=3e-4, batch_size=32, ...);
@@ -40,6 +41,8 @@ def register(sub) -> argparse.ArgumentParser:
                    help="PyTorch deterministic algorithms (slower; see docs/reproducibility.md)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--init", help="start from this model (a run, a checkpoint, or a shipped model's name such as "
+                                  "styles): its architecture and weights; new styles get new style tokens")
     p.add_argument("--config", default=None, help="a TOML or JSON file with [model] and [train] tables")
     p.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -1,18 +1,21 @@
 """Built-in corpora from the score collection bundled with music21 (no network needed).
 
 Each corpus is converted once to MIDI in worker processes and cached under
-``$XDG_CACHE_HOME/cadenza/corpora/<name>/`` (override with ``$CADENZA_CACHE``). A source file that
-music21 cannot convert is skipped and named; a finished source leaves a small marker, so an
-interrupted conversion resumes where it stopped.
+``$XDG_CACHE_HOME/cadenza/corpora/<name>/`` (override with ``$CADENZA_CACHE``). The unit of work is
+one score: a file, or one tune of an ABC book (a book of 700 songs is 700 units, so the work spreads
+over the workers and a few tunes can be converted without the whole book). A score music21 cannot
+convert is skipped and named; a finished unit leaves a small marker, so an interrupted conversion
+resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,22 +26,31 @@ from cadenza.env.record import cache_dir
 @dataclass(frozen=True)
 class Corpus:
     name: str
-    folder: str  # under music21/corpus/
+    folders: tuple[str, ...]  # under music21/corpus/
     suffixes: tuple[str, ...]
     description: str
-    exclude_prefixes: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()  # only files whose names start so (all when empty)
+    exclude: tuple[str, ...] = ()  # files whose names start so are left out
 
 
-CORPORA: dict[str, Corpus] = {
-    c.name: c
-    for c in (
-        Corpus("bach", "bach", (".mxl", ".krn", ".xml"), "J.S. Bach four-part chorales (~410 pieces)"),
-        Corpus("essen", "essenFolksong", (".abc",), "Essen folk song collection (~8,400 melodies)",
-               exclude_prefixes=("test",)),
-        Corpus("palestrina", "palestrina", (".krn",), "Palestrina masses, Humdrum (~1,300 movements)"),
-        Corpus("oneills", "oneills1850", (".abc",), "O'Neill's 1850 Irish tunes (~1,800 melodies)"),
-    )
-}
+_ESSEN_GERMAN = ("erk", "boehme")
+CORPORA: dict[str, Corpus] = {c.name: c for c in (
+    Corpus("bach", ("bach",), (".mxl", ".krn", ".xml"), "J.S. Bach four-part chorales (~410 pieces)"),
+    Corpus("palestrina", ("palestrina",), (".krn",), "Palestrina mass movements, Humdrum (~1,300)"),
+    Corpus("irish", ("oneills1850",), (".abc",), "O'Neill's Music of Ireland (1850): jigs, reels, hornpipes, "
+           "airs (~2,000 tunes)"),
+    Corpus("german", ("essenFolksong",), (".abc",), "German folk songs of the Essen collection, Erk and Boehme "
+           "(~2,500 melodies)", include=_ESSEN_GERMAN),
+    Corpus("chinese", ("essenFolksong",), (".abc",), "Chinese (Han) folk songs of the Essen collection "
+           "(~1,200 melodies)", include=("han",)),
+    Corpus("american", ("ryansMammoth",), (".abc",), "Ryan's Mammoth Collection (1883): American fiddle tunes "
+           "(~1,050)"),
+    Corpus("madrigal", ("monteverdi", "trecento"), (".mxl", ".xml"), "Monteverdi madrigals and Italian "
+           "trecento songs (~150)"),
+    Corpus("quartet", ("haydn", "mozart"), (".mxl",), "Haydn and Mozart string quartet movements (~25)"),
+    Corpus("essen", ("essenFolksong",), (".abc",), "the whole Essen folk song collection (~8,400 melodies)",
+           exclude=("test",)),
+)}
 
 
 @dataclass
@@ -47,6 +59,7 @@ class CorpusFiles:
     folder: Path
     midi: list[Path]
     failures: list[dict[str, str]]
+    sources: dict[str, str] | None = None  # MIDI file name -> its source (file, or file#tune)
 
 
 def _music21_corpus_root() -> Path:
@@ -56,11 +69,35 @@ def _music21_corpus_root() -> Path:
 
 
 def source_files(corpus: Corpus) -> list[Path]:
-    root = _music21_corpus_root() / corpus.folder
-    if not root.is_dir():
-        raise FileNotFoundError(f"music21's corpus has no folder {corpus.folder!r} (music21 too old?)")
-    return sorted(p for p in root.rglob("*") if p.suffix.lower() in corpus.suffixes
-                  and not p.name.startswith(corpus.exclude_prefixes))
+    out = []
+    for folder in corpus.folders:
+        root = _music21_corpus_root() / folder
+        if not root.is_dir():
+            raise FileNotFoundError(f"music21's corpus has no folder {folder!r} (music21 too old?)")
+        out += sorted(p for p in root.rglob("*") if p.suffix.lower() in corpus.suffixes
+                      and (not corpus.include or p.name.startswith(corpus.include))
+                      and not (corpus.exclude and p.name.startswith(corpus.exclude)))
+    return out
+
+
+_TUNE_START = re.compile(r"^X:", re.MULTILINE)
+
+
+def split_abc(text: str) -> tuple[str, list[str]]:
+    """An ABC book as (the header before its first tune, [each tune's text])."""
+    starts = [m.start() for m in _TUNE_START.finditer(text)]
+    if not starts:
+        return text, []
+    return text[:starts[0]], [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def units(corpus: Corpus) -> list[str]:
+    """The scores of a corpus: a path per file, ``path#k`` per tune of an ABC book."""
+    out = []
+    for src in source_files(corpus):
+        tunes = split_abc(src.read_text(errors="replace"))[1] if src.suffix.lower() == ".abc" else []
+        out += [f"{src}#{k}" for k in range(len(tunes))] if tunes else [str(src)]
+    return out
 
 
 def _key(src: Path) -> str:
@@ -69,90 +106,126 @@ def _key(src: Path) -> str:
     return "__".join(rel.parts[1:] or rel.parts).replace(" ", "_")
 
 
+def _unit_key(unit: str) -> tuple[Path, int | None, str]:
+    """(source file, tune number or None, the stem of its cache files)."""
+    path, _, tune = unit.partition("#")
+    src = Path(path)
+    return src, int(tune) if tune else None, _key(src) + (f"-{int(tune):04d}" if tune else "")
+
+
+def _parse(src: Path, tune: int | None):
+    from music21 import converter
+
+    if tune is None:
+        return converter.parse(src)
+    header, tunes = split_abc(src.read_text(errors="replace"))
+    return converter.parse(header + tunes[tune], format="abc")
+
+
 def _convert_source(args: tuple[str, str]) -> dict:
-    """Worker: convert one music21 source file (one score, or an opus of many) to MIDI files."""
-    src, out_dir = args
-    src_p, out_p = Path(src), Path(out_dir)
-    stem = _key(src_p)
+    """Worker: convert one unit (a file, or one tune of an ABC book) to MIDI; a file that is an
+    opus of several scores gives several MIDI files."""
+    unit, out_dir = args
+    src, tune, stem = _unit_key(unit)
+    out_p = Path(out_dir)
     marker = out_p / f".{stem}.done.json"
     if marker.exists():
         return json.loads(marker.read_text())
     warnings.filterwarnings("ignore")
-    from music21 import converter, environment, stream
+    from music21 import environment, stream
 
     environment.UserSettings  # noqa: B018  (import side effects only)
+    label = src.name if tune is None else f"{src.name}#{tune}"
     written, failures = [], []
     try:
-        parsed = converter.parse(src_p)
+        parsed = _parse(src, tune)
     except Exception as e:
-        failures.append({"source": src_p.name, "reason": f"music21 cannot parse it ({type(e).__name__}: {e})"[:300]})
-        result = {"written": written, "failures": failures}
-        write_json(marker, result)
-        return result
-    scores = list(parsed.scores) if isinstance(parsed, stream.Opus) else [parsed]
+        failures.append({"source": label, "reason": f"music21 cannot parse it ({type(e).__name__}: {e})"[:300]})
+        parsed = None
+    scores = [] if parsed is None else list(parsed.scores) if isinstance(parsed, stream.Opus) else [parsed]
     for k, score in enumerate(scores):
         name = f"{stem}.mid" if len(scores) == 1 else f"{stem}-{k:04d}.mid"
-        label = src_p.name if len(scores) == 1 else f"{src_p.name}#{k}"
         try:
             with atomic_path(out_p / name) as tmp:
                 mid = tmp.with_suffix(".mid")
-                score.write("midi", fp=str(mid))
+                _write_midi(score, mid)
                 os.replace(mid, tmp)
             written.append(name)
         except Exception as e:
-            failures.append({"source": label, "reason": f"music21 cannot write MIDI ({type(e).__name__}: {e})"[:300]})
-    result = {"written": written, "failures": failures}
+            where = label if len(scores) == 1 else f"{label}/{k}"
+            failures.append({"source": where, "reason": f"music21 cannot write MIDI ({type(e).__name__}: {e})"[:300]})
+    result = {"written": written, "failures": failures, "source": label}
     write_json(marker, result)
     return result
 
 
-def materialize(name: str, workers: int | None = None, progress: bool = True,
-                limit: int | None = None) -> CorpusFiles:
+def _write_midi(score, path: Path) -> None:
+    """music21's MIDI writer; for a score it refuses (many Essen songs with meter changes: "the
+    object TimeSignature ... is already found in this Stream"), its notes, rests and tempo marks
+    alone: the timing MIDI needs, without the notation that trips the writer."""
+    from music21 import exceptions21, note, stream, tempo
+
+    try:
+        score.write("midi", fp=str(path))
+    except exceptions21.StreamException:
+        flat = score.flatten().getElementsByClass([note.GeneralNote, tempo.MetronomeMark]).stream()
+        flat.write("midi", fp=str(path))
+
+
+def materialize(name: str, workers: int | None = None, progress: bool = True, limit: int | None = None,
+                only: set[str] | None = None) -> CorpusFiles:
     """Convert corpus `name` to MIDI (once; cached) and return the MIDI paths and the failures.
 
-    `limit` takes only the first N source files (a quick try, or a test); a later call without it
-    converts the rest, reusing what is cached.
+    `limit` takes only the first N scores (a quick try, or a test); `only` takes the scores whose
+    source label (``file`` or ``file#tune``, as `CorpusFiles.sources` gives them) is in it. A later
+    call converts the rest, reusing what is cached.
     """
     if name not in CORPORA:
         raise KeyError(f"unknown corpus {name!r}; available: {', '.join(CORPORA)}")
-    corpus = CORPORA[name]
     out = cache_dir() / "corpora" / name
-    todo = [str(s) for s in source_files(corpus)[:limit]]
+    todo = units(CORPORA[name])[:limit]
+    if only is not None:
+        todo = [u for u in todo if _label(u) in only]
     with exclusive(out, f"prepare --corpus {name}"):
         # an interrupted conversion leaves hidden temporary files (music21 writes `.NAME.XXXX.mid`)
         remove_leftovers(out)
         for p in out.glob(".*.mid"):
             p.unlink()
         _convert_all(name, todo, out, workers or min(os.cpu_count() or 1, 8), progress)
-    results = [_convert_source((s, str(out))) for s in todo]  # every source now has its marker
+    results = [_convert_source((u, str(out))) for u in todo]  # every unit now has its marker
     midi = [out / w for r in results for w in r["written"]]
     failures = [f for r in results for f in r["failures"]]
-    if limit is None:
+    sources = {w: r.get("source", "") for r in results for w in r["written"]}
+    if limit is None and only is None:
         write_json(out / "index.json", {"corpus": name, "midi": [p.name for p in midi], "failures": failures})
-    return CorpusFiles(name, out, midi, failures)
+    return CorpusFiles(name, out, midi, failures, sources)
+
+
+def _label(unit: str) -> str:
+    src, tune, _ = _unit_key(unit)
+    return src.name if tune is None else f"{src.name}#{tune}"
 
 
 def _convert_all(name: str, todo: list[str], out: Path, workers: int, progress: bool) -> None:
     from tqdm import tqdm
 
-    pending = [s for s in todo if not (out / f".{_key(Path(s))}.done.json").exists()]
+    pending = [u for u in todo if not (out / f".{_unit_key(u)[2]}.done.json").exists()]
     desc = f"converting {name} (first use only)" if pending else f"{name} (cached)"
-    with tqdm(total=len(pending), unit="file", desc=desc, disable=not progress or not pending,
+    with tqdm(total=len(pending), unit="score", desc=desc, disable=not progress or not pending,
               file=sys.stderr, dynamic_ncols=True) as bar:
         if workers > 1 and len(pending) > 1:
+            # Large files first, so one worker is not left with the longest job at the end.
+            pending.sort(key=lambda u: -Path(u.partition("#")[0]).stat().st_size if "#" not in u else 0)
             with ProcessPoolExecutor(workers) as ex:
-                # Large opus files first, so one worker is not left with the longest job at the end.
-                pending.sort(key=lambda s: -Path(s).stat().st_size)
-                futures = [ex.submit(_convert_source, (s, str(out))) for s in pending]
-                for f in as_completed(futures):
-                    f.result()
+                chunk = max(1, min(16, len(pending) // (workers * 8)))
+                for _ in ex.map(_convert_source, [(u, str(out)) for u in pending], chunksize=chunk):
                     bar.update(1)
         else:
-            for s in pending:
-                _convert_source((s, str(out)))
+            for u in pending:
+                _convert_source((u, str(out)))
                 bar.update(1)
 
 
 def list_corpora() -> list[Corpus]:
-    """The built-in corpora (`cadenza corpora`): name, music21 folder and a description each."""
+    """The built-in corpora (`cadenza corpora`): name, music21 folders and a description each."""
     return list(CORPORA.values())

@@ -22,10 +22,16 @@ from cadenza.data.store import TokenStore
 
 
 class WindowDataset(Dataset):
+    """Windows of one split. With a styled `tokenizer` (`Tokenizer.with_styles`) every window starts
+    with its piece's style token (NO_STYLE for unlabelled pieces, and with probability
+    `style_dropout` for any piece), and `balance_styles` makes each style equally likely whatever
+    its size."""
+
     def __init__(self, store: TokenStore, split: str = "train", context: int = 512, seed: int = 0,
-                 transpose: int = 0, stretch: float = 0.0, epoch_size: int | None = None):
+                 transpose: int = 0, stretch: float = 0.0, epoch_size: int | None = None, tokenizer=None,
+                 style_dropout: float = 0.0, balance_styles: bool = False):
         self.store = store
-        self.tok = store.tokenizer
+        self.tok = tokenizer or store.tokenizer
         self.pieces = store.split(split)
         if not self.pieces:
             raise ValueError(f"{store.path}: split {split!r} has no pieces")
@@ -39,6 +45,9 @@ class WindowDataset(Dataset):
         self.cum = np.cumsum(lengths)
         self.lengths = lengths
         self.epoch_size = epoch_size or max(1, int(self.cum[-1]) // self.context)
+        self.styled = bool(self.tok.styles)
+        self.style_dropout = float(style_dropout) if self.styled else 0.0
+        self.weights = _style_balanced(self.pieces, lengths) if self.styled and balance_styles else None
 
     def __len__(self) -> int:
         return self.epoch_size
@@ -62,8 +71,11 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         rng = np.random.default_rng([self.seed, int(i)])
-        k = int(np.searchsorted(self.cum, rng.integers(self.cum[-1]), side="right"))
-        need = self.context + 1
+        if self.weights is None:  # a piece with probability proportional to its length
+            k = int(np.searchsorted(self.cum, rng.integers(self.cum[-1]), side="right"))
+        else:  # a style uniformly, then a piece of it proportionally to its length
+            k = min(int(np.searchsorted(self.weights, rng.random(), side="right")), len(self.pieces) - 1)
+        need = self.context + 1 - self.styled  # the style token takes the window's first place
         factor = 1.0
         if self.stretch:
             factor = float(rng.uniform(1 - self.stretch, 1 + self.stretch))
@@ -80,6 +92,11 @@ class WindowDataset(Dataset):
             ids = self._transpose(ids, rng)
         out = np.full(need, self.tok.pad_id, np.int64)
         out[:min(need, ids.size)] = ids[:need]
+        if self.styled:
+            style = self.pieces[k].style
+            if style not in self.tok.styles or (self.style_dropout and rng.random() < self.style_dropout):
+                style = None
+            out = np.concatenate([[self.tok.style_id(style)], out])
         return torch.from_numpy(out)
 
     def _stretch(self, ids: np.ndarray, factor: float) -> np.ndarray:
@@ -138,7 +155,20 @@ class StepSampler(Sampler[int]):
         return 2**62
 
 
-def fixed_windows(store: TokenStore, split: str, context: int, count: int, seed: int = 1234) -> torch.Tensor:
-    """A fixed set of `count` windows of a split (no augmentation), for cheap periodic validation."""
-    ds = WindowDataset(store, split, context, seed=seed)
+def fixed_windows(store: TokenStore, split: str, context: int, count: int, seed: int = 1234,
+                  tokenizer=None) -> torch.Tensor:
+    """A fixed set of `count` windows of a split (no augmentation, every style token kept), for
+    cheap periodic validation."""
+    ds = WindowDataset(store, split, context, seed=seed, tokenizer=tokenizer)
     return torch.stack([ds[i] for i in range(count)])
+
+
+def _style_balanced(pieces, lengths: np.ndarray) -> np.ndarray:
+    """Cumulative sampling weights that give each style (unlabelled pieces count as one) the same
+    share, and within a style each piece a share proportional to its length."""
+    styles = [p.style for p in pieces]
+    per_style: dict = {}
+    for s, n in zip(styles, lengths):
+        per_style[s] = per_style.get(s, 0) + int(n)
+    w = np.array([n / per_style[s] / len(per_style) for s, n in zip(styles, lengths)])
+    return np.cumsum(w)

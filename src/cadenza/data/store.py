@@ -153,6 +153,7 @@ class Piece:
     split: str
     start: int
     stop: int
+    style: str | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -196,8 +197,8 @@ class TokenStore:
         if self.offsets.shape != (len(pieces) + 1,) or int(self.offsets[-1]) != n_tokens or \
                 any(int(self.offsets[i + 1] - self.offsets[i]) != p["tokens"] for i, p in enumerate(pieces)):
             raise StoreError(f"{self.path}: offsets do not match the manifest; re-run `cadenza prepare`")
-        self.pieces = [Piece(i, p["source"], p["split"], int(self.offsets[i]), int(self.offsets[i + 1]))
-                       for i, p in enumerate(pieces)]
+        self.pieces = [Piece(i, p["source"], p["split"], int(self.offsets[i]), int(self.offsets[i + 1]),
+                             p.get("style")) for i, p in enumerate(pieces)]
         self._tokens: np.memmap | None = None
 
     def check_tokenizer(self, tokenizer: Tokenizer) -> None:
@@ -232,6 +233,11 @@ class TokenStore:
         if name not in SPLITS:
             raise StoreError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
         return [p for p in self.pieces if p.split == name]
+
+    @property
+    def styles(self) -> list[str]:
+        """The style labels of the store's pieces, in the order `prepare` met them."""
+        return list(self.manifest.get("styles") or {})
 
     @property
     def totals(self) -> dict[str, Any]:

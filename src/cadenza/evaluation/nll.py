@@ -63,44 +63,63 @@ def windows_for(n_targets: int, context: int, stride: int) -> list[tuple[int, in
 
 @torch.no_grad()
 def token_nll(model, store: TokenStore, split: str = "test", stride: int | None = None, batch_size: int = 16,
-              device: str | torch.device = "cpu", precision: str = "fp32", progress: bool = False) -> NLLResult:
-    """Per-target NLL (nats) of every piece of `split`, in store order."""
+              device: str | torch.device = "cpu", precision: str = "fp32", progress: bool = False,
+              tokenizer=None) -> NLLResult:
+    """Per-target NLL (nats) of every piece of `split`, in store order.
+
+    With a styled `tokenizer` (the model's) every window starts with its piece's style token, as in
+    training; the style token is context, never a target.
+    """
     model.eval()
     device = torch.device(device)
+    tok = tokenizer or store.tokenizer
     pieces = store.split(split)
     if not pieces:
         raise ValueError(f"{store.path}: split {split!r} has no pieces")
     views = [piece_view(store, p.index) for p in pieces]
+    prefixes = [tok.style_prefix(p.style if p.style in tok.styles else None) if tok.styles else [] for p in pieces]
     per_piece = [np.zeros(len(v) - 1) for v in views]
     if model.config.model == "lstm":
         for k, v in enumerate(views):
-            per_piece[k] = _lstm_nll(model, v, device, precision)
-    else:
-        ctx = model.config.context
-        stride = stride or max(1, ctx // 2)
-        jobs = [(k, s, first) for k, v in enumerate(views) for s, first in windows_for(len(v) - 1, ctx, stride)]
-        from tqdm import tqdm
+            full = np.concatenate([prefixes[k], v]).astype(np.int64)
+            per_piece[k] = _lstm_nll(model, full, device, precision)[len(prefixes[k]):]
+        return _result(split, pieces, per_piece)
+    ctx = model.config.context - (1 if tok.styles else 0)
+    stride = stride or max(1, ctx // 2)
+    jobs = [(k, s, first) for k, v in enumerate(views) for s, first in windows_for(len(v) - 1, ctx, stride)]
+    from tqdm import tqdm
 
-        for i in tqdm(range(0, len(jobs), batch_size), disable=not progress, unit="batch", desc=f"nll {split}"):
-            chunk = jobs[i:i + batch_size]
-            width = max(min(ctx, len(views[k]) - 1 - s) for k, s, _ in chunk)  # short pieces: no padding to ctx
-            x = torch.full((len(chunk), width), store.tokenizer.pad_id, dtype=torch.long)
-            y = torch.full((len(chunk), width), IGNORE_INDEX, dtype=torch.long)
-            for r, (k, s, first) in enumerate(chunk):
-                inp = views[k][s:s + width]
-                tgt = views[k][s + 1:s + 1 + width]
-                inp = inp[:len(tgt)]
-                x[r, :len(inp)] = torch.from_numpy(inp)
-                y[r, :len(tgt)] = torch.from_numpy(tgt)
-                y[r, :first] = IGNORE_INDEX
-            with autocast(device, precision):
-                logits, _ = model(x.to(device))
-            logits = logits if logits.dtype == torch.float64 else logits.float()
-            nll = F.cross_entropy(logits.transpose(1, 2), y.to(device), ignore_index=IGNORE_INDEX, reduction="none")
-            nll = nll.cpu().numpy()
-            for r, (k, s, first) in enumerate(chunk):
-                n = min(ctx, len(views[k]) - 1 - s)
-                per_piece[k][s + first:s + n] = nll[r, first:n]
+    for i in tqdm(range(0, len(jobs), batch_size), disable=not progress, unit="batch", desc=f"nll {split}"):
+        chunk = jobs[i:i + batch_size]
+        x, y = _window_batch(chunk, views, prefixes, ctx, tok.pad_id)
+        with autocast(device, precision):
+            logits, _ = model(x.to(device))
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        nll = F.cross_entropy(logits.transpose(1, 2), y.to(device), ignore_index=IGNORE_INDEX, reduction="none")
+        nll = nll.cpu().numpy()
+        for r, (k, s, first) in enumerate(chunk):
+            n, p = min(ctx, len(views[k]) - 1 - s), len(prefixes[k])
+            per_piece[k][s + first:s + n] = nll[r, p + first:p + n]
+    return _result(split, pieces, per_piece)
+
+
+def _window_batch(chunk, views, prefixes, ctx: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of a batch of windows (piece k from target s, scoring from `first`);
+    a piece's prefix (its style token) starts its row and is never a target."""
+    p = max(len(prefixes[k]) for k, _, _ in chunk)
+    width = p + max(min(ctx, len(views[k]) - 1 - s) for k, s, _ in chunk)  # short pieces: no padding to ctx
+    x = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+    y = torch.full((len(chunk), width), IGNORE_INDEX, dtype=torch.long)
+    for r, (k, s, first) in enumerate(chunk):
+        pre = prefixes[k]
+        tgt = views[k][s + 1:s + 1 + min(ctx, len(views[k]) - 1 - s)]
+        inp = np.concatenate([pre, views[k][s:s + len(tgt)]]).astype(np.int64)
+        x[r, :len(inp)] = torch.from_numpy(inp)
+        y[r, len(pre) + first:len(pre) + len(tgt)] = torch.from_numpy(tgt[first:])
+    return x, y
+
+
+def _result(split: str, pieces, per_piece: list[np.ndarray]) -> NLLResult:
     total = float(sum(p.sum() for p in per_piece))
     count = int(sum(p.size for p in per_piece))
     return NLLResult(split, total / max(count, 1), count, len(pieces), per_piece)

@@ -17,6 +17,9 @@ DEFAULT_MAX_TOKENS = 1024
 
 @dataclass
 class SamplingConfig:
+    style: str | None = setting(None, doc="play in this style (a model with styles; see `cadenza models`)")
+    guidance: float = setting(1.0, ge=0, le=20, doc="classifier-free guidance: > 1 follows the style more "
+                                                     "strongly, 1 is plain conditioned sampling")
     num_samples: int = setting(1, ge=1, le=10_000, doc="pieces to generate")
     max_tokens: int | None = setting(None, ge=1, le=1_000_000, doc="new tokens per sample (default 1024)")
     seconds: float | None = setting(None, gt=0, le=3600, doc="new music per sample, in seconds")
@@ -40,6 +43,8 @@ class SamplingConfig:
             raise SettingError("seconds", "and max_tokens are exclusive: give one length")
         if self.primer_seconds is not None and self.primer is None:
             raise SettingError("primer_seconds", "needs a primer to cut")
+        if self.guidance != 1.0 and self.style is None:
+            raise SettingError("guidance", "needs a style to guide towards (--style)")
         return self
 
     def token_budget(self) -> int:

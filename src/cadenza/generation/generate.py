@@ -50,33 +50,38 @@ def sampling_config(config: SamplingConfig | dict | None = None, **settings: Any
     return SamplingConfig.from_dict({**base, **settings})
 
 
-def generate(checkpoint: str | os.PathLike, config: SamplingConfig | dict | None = None, *,
+def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig | dict | None = None, *,
              out: str | os.PathLike | None = None, device: str = "auto", render: bool = False,
              progress: bool = False, **settings: Any) -> Generation:
-    """Sample `config.num_samples` pieces from `checkpoint` (a run folder or a checkpoint folder).
+    """Sample `config.num_samples` pieces from `checkpoint` (a run folder, a checkpoint folder, or a
+    shipped model's name; default: the shipped style model).
 
-    ``generate("runs/bach", seconds=30, top_p=0.95, num_samples=4, out="samples")``: keywords are
-    `SamplingConfig` fields and override `config`. Returns symusic scores, ids and statistics.
+    ``generate(style="irish", seconds=30)``, ``generate("runs/bach", seconds=30, top_p=0.95,
+    num_samples=4, out="samples")``: keywords are `SamplingConfig` fields and override `config`.
+    Returns symusic scores, ids and statistics.
     """
     from cadenza.env.device import pick_device
+    from cadenza.models.zoo import DEFAULT, resolve_model
 
     cfg = sampling_config(config, **settings)
     dev = pick_device(device)
-    model, meta = ckpt.load_model(checkpoint, dev)
+    model, meta = ckpt.load_model(resolve_model(checkpoint if checkpoint is not None else DEFAULT), dev)
     tok = tokenizer_from_dict(meta["tokenizer"])
     if cfg.seconds is not None and not tok.has_clock:
         raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
-    prompt = [tok.bos_id] + (tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else [])
+    primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
+    prompt = tok.style_prefix(cfg.style) + [tok.bos_id] + primer
     t0 = time.time()
     limit = note_limit(cfg, meta)
     all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit)
     elapsed = time.time() - t0
     scores, stats = [], []
+    head = len(prompt) - len(primer)  # the style token and BOS: not music
     for ids in all_ids:
-        full = prompt[1:] + ids
+        full = prompt[head:] + ids
         score, report = tok.decode(full)
         scores.append(score)
-        stats.append({"tokens": len(ids), "primer_tokens": len(prompt) - 1, "notes": score.note_num(),
+        stats.append({"tokens": len(ids), "primer_tokens": len(primer), "notes": score.note_num(),
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
            "device": str(dev), "max_note_seconds": limit, "generation_seconds": elapsed,
@@ -107,7 +112,7 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
                                 top_p=cfg.top_p, seeds=sample_seeds(cfg.seed, start, b), constrained=cfg.constrained,
                                 max_polyphony=cfg.max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
                                 stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
-                                on_token=lambda n: bar.update(n - bar.n))
+                                guidance=cfg.guidance, on_token=lambda n: bar.update(n - bar.n))
     return out
 
 

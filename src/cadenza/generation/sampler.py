@@ -18,28 +18,38 @@ from cadenza.generation.filters import filter_logits
 
 
 class _Window:
-    """Feeds tokens to the model, sliding the context window the same way with or without cache."""
+    """Feeds tokens to the model, sliding the context window the same way with or without cache.
 
-    def __init__(self, model, batch: int, use_cache: bool, slide: int):
+    The first `keep` tokens (a style token) start every window: past the context, the window is
+    those tokens then the most recent ones, as every training window was.
+    """
+
+    def __init__(self, model, batch: int, use_cache: bool, slide: int, keep: int = 0):
         self.model = model
         self.context = model.config.context
         self.is_lstm = model.config.model == "lstm"
-        self.use_cache = use_cache
-        self.slide = max(1, min(slide, self.context - 1))
-        self.start = 0  # index of the first token inside the window
+        self.keep = keep
+        self.slide = max(1, min(slide, self.context - 1 - keep))
+        self.start = 0  # index of the first token after the kept ones inside the window (0: no slide yet)
         self.cache = model.new_cache(batch) if use_cache else None
+
+    def _view(self, seq: torch.Tensor) -> torch.Tensor:
+        if self.start == 0:
+            return seq
+        return torch.cat([seq[:, :self.keep], seq[:, self.start:]], 1) if self.keep else seq[:, self.start:]
 
     @torch.no_grad()
     def next_logits(self, seq: torch.Tensor, n_new: int) -> torch.Tensor:
         """Logits for the token after `seq` (B, N); the last `n_new` tokens are not yet fed."""
         n = seq.shape[1]
-        if not self.is_lstm and n - self.start > self.context:
-            self.start = n - (self.context - self.slide)
+        width = n if self.start == 0 else self.keep + n - self.start
+        if not self.is_lstm and width > self.context:
+            self.start = n - (self.context - self.slide - self.keep)
             if self.cache is not None:
                 self.cache.reset()
-                n_new = n - self.start
+                return self.model(self._view(seq), cache=self.cache)[0][:, -1]
         if self.cache is None:
-            logits, _ = self.model(seq[:, self.start:] if not self.is_lstm else seq)
+            logits, _ = self.model(seq if self.is_lstm else self._view(seq))
         else:
             logits, _ = self.model(seq[:, n - n_new:], cache=self.cache)
         return logits[:, -1]
@@ -76,48 +86,67 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
                  seeds: list[int] | None = None, constrained: bool = True, max_polyphony: int | None = None,
                  use_cache: bool = True, stop_at_eos: bool = True, slide: int | None = None,
                  stop_seconds: float | None = None, max_note_seconds: float | None = None,
-                 on_token: Callable[[int], None] | None = None) -> list[list[int]]:
+                 guidance: float = 1.0, on_token: Callable[[int], None] | None = None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
 
     Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). Randomness comes
     from `seeds` (one per row: a row's tokens do not depend on the other rows) or `generator`. With
     `constrained` the tokenizer's grammar masks impossible events and closes open notes. With
     `stop_seconds` (tokenizers with a clock) a sequence stops once its new tokens span that time.
-    With `stop_at_eos=False` EOS is masked, so every sample runs to its length. `on_token(n)` is
-    called after each step with the number of steps taken (a progress bar).
+    With `stop_at_eos=False` EOS is masked, so every sample runs to its length. With a styled
+    tokenizer a prompt starts with its style token, and `guidance` != 1 samples from
+    ``uncond + guidance * (cond - uncond)``, the unconditioned logits coming from the same rows with
+    NO_STYLE in the style token's place (classifier-free guidance: both passes in one batch, each
+    row with its own KV cache). `on_token(n)` is called after each step (a progress bar).
     """
     model.eval()
     b, t0 = prompts.shape
     device = prompts.device
+    guided = guidance != 1.0
+    if guided and not tokenizer.styles:
+        raise ValueError("guidance needs a model with styles")
+    rows = torch.cat([prompts, _unconditioned(prompts, tokenizer)]) if guided else prompts
     # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
     grammar = tokenizer.grammar(b, device, constrained, max_polyphony, allow_eos=stop_at_eos,
                                 max_note_seconds=max_note_seconds)
     grammar.observe(prompts)
-    window = _Window(model, b, use_cache, slide if slide is not None else model.config.context // 4)
+    window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else model.config.context // 4,
+                     keep=1 if tokenizer.styles else 0)
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
-    seq = torch.full((b, t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
-    seq[:, :t0] = prompts
+    seq = torch.full((rows.shape[0], t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
+    seq[:, :t0] = rows
     u = _uniforms(b, max_new_tokens, device, generator, seeds)
     stop = _Stop(tokenizer, b, device, stop_at_eos, stop_seconds)
     n_new, n = t0, t0
     for step in range(max_new_tokens):
-        logits = filter_logits(window.next_logits(seq[:, :n], n_new), temperature, top_k, top_p, grammar.allowed())
+        logits = window.next_logits(seq[:, :n], n_new)
+        if guided:
+            cond, uncond = logits[:b].float(), logits[b:].float()
+            logits = uncond + guidance * (cond - uncond)
+        logits = filter_logits(logits, temperature, top_k, top_p, grammar.allowed())
         nxt = torch.where(stop.done, tokenizer.pad_id, inverse_cdf(torch.softmax(logits, dim=-1), u[:, step])[:, 0])
         grammar.observe(nxt[:, None])
-        seq[:, n] = nxt
+        seq[:, n] = nxt.repeat(2) if guided else nxt
         n, n_new = n + 1, 1
         if on_token is not None:
             on_token(step + 1)
         if stop.update(nxt):
             break
     out = []
-    for row in seq[:, t0:n].tolist():
+    for row in seq[:b, t0:n].tolist():
         if stop_at_eos and tokenizer.eos_id in row:
             row = row[:row.index(tokenizer.eos_id) + 1]
         while row and row[-1] == tokenizer.pad_id:  # rows that stopped early (time budget)
             row.pop()
         out.append(row)
     return grammar.close(out) if constrained else out
+
+
+def _unconditioned(prompts: torch.Tensor, tokenizer) -> torch.Tensor:
+    """The prompts with NO_STYLE where their style token is (each prompt starts with it)."""
+    out = prompts.clone()
+    out[:, 0] = tokenizer.no_style_id
+    return out
 
 
 class _Stop:

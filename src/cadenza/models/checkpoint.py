@@ -220,7 +220,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", pref
 
 
 def _is_tied(model, name: str) -> bool:
-    return name == "head.weight" and getattr(model.config, "tie_weights", False)
+    """The embedding and the output head are one tensor when tied; safetensors stores it once."""
+    return name in ("head.weight", "tok_emb.weight") and getattr(model.config, "tie_weights", False)
 
 
 def load_state(step_dir: str | os.PathLike) -> dict[str, Any]:
@@ -235,10 +236,9 @@ def load_state(step_dir: str | os.PathLike) -> dict[str, Any]:
                               "checkpoint state files may only hold tensors and plain data") from None
 
 
-def resume(run_dir: str | os.PathLike, model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Everything a run needs to continue: the newest checkpoint that verifies, its weights loaded
-    into `model` (names and shapes checked), its (meta, training state). A newer checkpoint that
-    does not verify (a crash mid-write, a damaged disk) is skipped, saying so."""
+def resume_point(run_dir: str | os.PathLike) -> Path:
+    """The checkpoint a run continues from: its newest that verifies. A newer one that does not (a
+    crash mid-write, a damaged disk) is skipped, saying so."""
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise FileNotFoundError(f"{run_dir}: nothing to resume (no complete checkpoint)")
@@ -250,7 +250,31 @@ def resume(run_dir: str | os.PathLike, model: torch.nn.Module) -> tuple[dict[str
     if step_dir != newest:
         print(f"warning: {newest} is not a valid checkpoint ({reason}); resuming from {step_dir}",
               file=sys.stderr)
-    meta = read_meta(step_dir)
-    load_weights(model, step_dir)
-    meta["path"] = str(step_dir)
-    return meta, load_state(step_dir)
+    return step_dir
+
+
+def load_grown(model: torch.nn.Module, step_dir: str | os.PathLike) -> list[str]:
+    """Load a checkpoint into a model whose vocabulary has grown (new style tokens): the rows of
+    the embedding and the output head that the checkpoint has are copied, the new rows keep their
+    fresh initialisation. Every other tensor must match in name and shape. Returns the grown names."""
+    from safetensors.torch import load_file
+
+    step_dir = Path(step_dir)
+    reason = verify(step_dir)
+    if reason:
+        raise invalid(step_dir, reason)
+    saved, own, grown = load_file(str(step_dir / "model.safetensors")), model.state_dict(), []
+    for name, value in saved.items():
+        target = own.get(name)
+        if target is None or target.shape[1:] != value.shape[1:] or target.shape[0] < value.shape[0]:
+            raise CheckpointError(f"{step_dir}: {name} {tuple(value.shape)} does not fit the model "
+                                  f"({None if target is None else tuple(target.shape)}); only the vocabulary may grow")
+        if target.shape[0] > value.shape[0]:
+            value = torch.cat([value.to(target.dtype), target[value.shape[0]:]])
+            grown.append(name)
+        saved[name] = value
+    missing, _ = model.load_state_dict(saved, strict=False)
+    missing = [m for m in missing if not _is_tied(model, m)]
+    if missing:
+        raise CheckpointError(f"{step_dir}: weights do not match the model config (missing {missing[:3]})")
+    return grown

@@ -50,6 +50,9 @@ class TrainConfig:
     keep_last: int = setting(2, ge=1)
     sample_tokens: int = setting(256, ge=0, doc="sample logged to TensorBoard at each validation; 0 = none")
     patience: int = setting(0, ge=0, doc="stop after this many validations without a new best; 0 = never")
+    init: str | None = setting(None, doc="start from this model: a run, a checkpoint or a shipped model's name")
+    style_dropout: float = setting(0.1, ge=0, le=1, doc="share of windows whose style token is NO_STYLE")
+    balance_styles: bool = setting(True, doc="each style equally often, whatever its size")
 
     def validate(self) -> "TrainConfig":
         return validate(self)

@@ -19,7 +19,7 @@ def log_sample(writer, model, tok, step: int, n_tokens: int, device) -> None:
     from cadenza.listen.pianoroll import piano_roll
 
     g = torch.Generator(device=device).manual_seed(step)
-    prompt = torch.full((1, 1), tok.bos_id, dtype=torch.long, device=device)
+    prompt = torch.tensor([tok.style_prefix(None) + [tok.bos_id]], device=device)  # unconditioned
     try:
         ids = generate_ids(model, prompt, n_tokens, tok, temperature=1.0, top_p=0.95, generator=g)[0]
         notes = tok.to_notes(ids)

@@ -17,23 +17,21 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
 from cadenza.atomic import output_folder, remove_leftovers
-from cadenza.data.dataset import StepSampler, WindowDataset, fixed_windows
-from cadenza.data.store import TokenStore
-from cadenza.env.device import DistInfo, autocast, cleanup_distributed, resolve_precision, setup_distributed
+from cadenza.env.device import DistInfo, autocast, cleanup_distributed, setup_distributed
 from cadenza.env.record import command_line
-from cadenza.models import build_model, checkpoint as ckpt, count_parameters
 from cadenza.evaluation.nll import window_loss
+from cadenza.models import checkpoint as ckpt, count_parameters
 from cadenza.models.loss import inputs_targets
 from cadenza.training.config import RunConfig, resolve
 from cadenza.training.runlog import RunLog, say
+from cadenza.training.session import Session, setup
 from cadenza.training.signals import StopRequest
 
 
@@ -52,34 +50,6 @@ class TrainResult:
     checkpoint: Path | None
     stopped_by: str  # max_steps | max_minutes | signal | early_stop
     signal: int | None = None  # SIGINT / SIGTERM when stopped_by == "signal"
-
-
-@dataclass
-class Session:
-    """Everything one run holds between steps."""
-
-    cfg: RunConfig
-    out: Path
-    dist: DistInfo
-    precision: str
-    store: TokenStore
-    raw: torch.nn.Module  # the plain model: saved, evaluated, sampled
-    fwd: Any  # what the step calls: raw, or its DDP / compiled wrapper
-    opt: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    loader: Any
-    step: int
-    horizon: int
-    best: float | None = None
-    valid_windows: torch.Tensor | None = None
-    unigram: float | None = None
-    since_best: int = 0
-    log: RunLog | None = None
-    run_meta: dict | None = None
-
-    @property
-    def device(self) -> torch.device:
-        return self.dist.device
 
 
 def lr_at(step: int, cfg, horizon: int) -> float:
@@ -112,7 +82,7 @@ def train(cfg: RunConfig | None = None, data: str | os.PathLike | None = None, o
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         with _run_folder(out, dist):
-            s = _setup(cfg, Path(data), out, resume, dist)
+            s = setup(cfg, Path(data), out, resume, dist)
             if dist.is_main:
                 s.run_meta = _run_meta(s, data, command)
                 s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
@@ -148,85 +118,10 @@ def _saved_data_path(out: Path) -> str:
 
 
 # ---- setup ---------------------------------------------------------------------------------------
-def _setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -> Session:
-    """Store, model, optimizer and loader; on resume, every state restored from the newest checkpoint."""
-    tc, device = cfg.train, dist.device
-    store = TokenStore(data)
-    cfg.model.vocab_size = store.tokenizer.vocab_size
-    if tc.deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=False)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.manual_seed(tc.seed + dist.rank)
-    model = build_model(cfg.model)
-    meta, state = None, None
-    if resume:
-        meta, state = ckpt.resume(out, model)
-        if meta["config"]["model"] != asdict(cfg.model):
-            raise ValueError(f"{meta['path']}: model config differs from the resumed run's; keep the model settings")
-        if meta.get("data_fingerprint") not in (None, store.fingerprint) and dist.is_main:
-            say(f"warning: {data} is not the store this run started on")
-    elif ckpt.list_checkpoints(out):
-        raise FileExistsError(f"{out} already has checkpoints: add --resume to continue it, or choose a new --out")
-    model.grad_checkpoint = tc.grad_checkpoint
-    model.to(device)
-    opt = _optimizer(model, tc, device)
-    precision = resolve_precision(tc.precision, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    step = meta["step"] if meta else 0
-    s = Session(cfg, out, dist, precision, store, model, model, opt, scaler, None, step,
-                horizon=state["horizon"] if state else (tc.lr_horizon or tc.max_steps),
-                best=meta.get("best_valid_loss") if meta else None)
-    if state is not None:
-        _restore(s, state)
-    if dist.enabled:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        s.fwd = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if tc.compile:
-        s.fwd = torch.compile(s.fwd)
-    s.loader = _loader(store, cfg, step, dist)
-    if store.split("valid"):
-        s.valid_windows = fixed_windows(store, "valid", cfg.model.context, tc.eval_windows)
-        s.unigram = store.unigram_nll("valid")
-    return s
-
-
-def _optimizer(model: torch.nn.Module, tc, device) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only (not biases, norms or relative-position tables)."""
-    def decays(name: str, p) -> bool:
-        return p.dim() >= 2 and "rel" not in name.split(".")[-1]
-
-    named = list(model.named_parameters())
-    groups = [{"params": [p for n, p in named if decays(n, p)], "weight_decay": tc.weight_decay},
-              {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}]
-    # fused AdamW exists for CUDA and (since torch 2.4) CPU: one kernel instead of a loop of ops
-    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), **fused)
-
-
-def _restore(s: Session, state: dict) -> None:
-    s.opt.load_state_dict(state["optimizer"])
-    s.scaler.load_state_dict(state["scaler"])
-    rank = s.dist.rank
-    torch.set_rng_state(state["rng_cpu"][rank % len(state["rng_cpu"])])
-    if s.device.type == "cuda" and state.get("rng_cuda"):
-        torch.cuda.set_rng_state(state["rng_cuda"][rank % len(state["rng_cuda"])], s.device)
-
-
-def _loader(store: TokenStore, cfg: RunConfig, start_step: int, dist: DistInfo):
-    tc = cfg.train
-    ds = WindowDataset(store, "train", cfg.model.context, seed=tc.seed, transpose=tc.transpose, stretch=tc.stretch)
-    sampler = StepSampler(tc.batch_size, start_step, dist.rank, dist.world_size, tc.grad_accum)
-    # The loader gets its own generator: creating an iterator draws a seed, and drawing it from the
-    # global RNG would shift the dropout masks of a resumed run.
-    return iter(DataLoader(ds, batch_size=tc.batch_size, sampler=sampler, num_workers=tc.num_workers,
-                           pin_memory=dist.device.type == "cuda", persistent_workers=tc.num_workers > 0,
-                           generator=torch.Generator().manual_seed(tc.seed)))
-
-
 def _run_meta(s: Session, data, command: str | None) -> dict[str, Any]:
     return {"command": command or command_line(), "data": str(data), "data_fingerprint": s.store.fingerprint,
-            "tokenizer": s.store.manifest["tokenizer"], "note_seconds": s.store.manifest.get("note_seconds"),
+            "tokenizer": s.tok.to_dict(), "note_seconds": s.store.manifest.get("note_seconds"),
+            "init": s.cfg.train.init,
             "environment": _environment(),
             "parameters": count_parameters(s.raw), "precision": s.precision, "device": str(s.device),
             "world_size": s.dist.world_size}
@@ -293,7 +188,7 @@ def _train_step(s: Session) -> tuple[float, float, float]:
         g["lr"] = lr
     loss_sum = 0.0
     for micro in range(tc.grad_accum):
-        x, y = inputs_targets(next(s.loader).to(s.device, non_blocking=True), s.store.tokenizer.pad_id)
+        x, y = inputs_targets(next(s.loader).to(s.device, non_blocking=True), s.tok.pad_id)
         if s.dist.enabled:  # gradients are averaged across ranks on the last micro-step only
             s.fwd.require_backward_grad_sync = micro == tc.grad_accum - 1
         with autocast(s.device, s.precision):
@@ -337,7 +232,7 @@ def _stop_reason(s: Session, stop: StopRequest, out_of_time: bool) -> str | None
 
 
 def _evaluate(s: Session) -> float:
-    loss = window_loss(s.raw, s.valid_windows, s.store.tokenizer.pad_id, s.device, s.precision)
+    loss = window_loss(s.raw, s.valid_windows, s.tok.pad_id, s.device, s.precision)
     improved = s.best is None or loss < s.best
     s.best = loss if improved else s.best
     s.since_best = 0 if improved else s.since_best + 1
@@ -345,7 +240,7 @@ def _evaluate(s: Session) -> float:
     if s.cfg.train.sample_tokens:
         from cadenza.training.preview import log_sample
 
-        log_sample(s.log.tb, s.raw, s.store.tokenizer, s.step, s.cfg.train.sample_tokens, s.device)
+        log_sample(s.log.tb, s.raw, s.tok, s.step, s.cfg.train.sample_tokens, s.device)
     return loss
 
 
@@ -356,7 +251,7 @@ def _save(s: Session, train_loss: float, valid_loss: float | None) -> Path | Non
              "rng_cuda": _gather(s.dist, torch.cuda.get_rng_state(s.device)) if s.device.type == "cuda" else []}
     if not s.dist.is_main:
         return None
-    meta = {"config": s.cfg.to_dict(), "tokenizer": s.store.manifest["tokenizer"], "lr_horizon": s.horizon,
+    meta = {"config": s.cfg.to_dict(), "tokenizer": s.tok.to_dict(), "lr_horizon": s.horizon,
             "valid_loss": valid_loss, "best_valid_loss": s.best, "train_loss": train_loss, **s.run_meta}
     return ckpt.save_checkpoint(s.out, s.step, s.raw, meta, state, s.cfg.train.keep_last)
 

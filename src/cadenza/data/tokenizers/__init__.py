@@ -50,7 +50,7 @@ def tokenizer_from_dict(config: dict[str, Any]) -> Tokenizer:
         from cadenza.data.tokenizers import miditok_adapter  # noqa: F401  (registers itself; needs MidiTok)
     if name not in _REGISTRY:
         raise TokenizerError(f"unknown tokenizer {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    tok = _REGISTRY[name].from_params(config.get("params", {}))
+    tok = _REGISTRY[name].from_params(config.get("params", {})).with_styles(config.get("styles", ()))
     if "vocab_size" in config and config["vocab_size"] != tok.vocab_size:
         raise TokenizerError(
             f"tokenizer config says vocab_size {config['vocab_size']} but {name} with these params has "

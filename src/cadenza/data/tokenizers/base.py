@@ -96,6 +96,21 @@ class Tokenizer(ABC):
 
         return score_to_notes(self.decode(ids)[0])[0]
 
+    # ---- styles (see `cadenza.data.tokenizers.styles`) -------------------------------------------
+    styles: tuple[str, ...] = ()
+
+    def with_styles(self, styles) -> "Tokenizer":
+        """This tokenizer with style tokens for `styles` (itself when there are none)."""
+        from cadenza.data.tokenizers.styles import Styled
+
+        return Styled(self, styles) if styles else self
+
+    def style_prefix(self, style: str | None) -> list[int]:
+        """The tokens every window starts with: a style token for a styled tokenizer, else none."""
+        if style is not None:
+            raise TokenizerError(f"this model has no styles, so it cannot play {style!r}")
+        return []
+
     # ---- what the sampler asks -----------------------------------------------------------------
     @property
     def special_ids(self) -> tuple[int, ...]:

@@ -1,0 +1,29 @@
+"""`cadenza models`: the models shipped with cadenza, and their styles."""
+
+from __future__ import annotations
+
+import argparse
+
+from cadenza.cli.common import add_verb
+
+
+def register(sub) -> argparse.ArgumentParser:
+    s = add_verb(sub, "models", "list the models shipped with cadenza and their styles (ready to play)")
+    s.set_defaults(func=run)
+    return s
+
+
+def run(a: argparse.Namespace) -> int:
+    from cadenza.models.zoo import DEFAULT, list_models
+
+    models = list_models()
+    if not models:
+        print("no models are shipped with this installation")
+        return 0
+    for m in models:
+        default = " (default)" if m["name"] == DEFAULT else ""
+        nll = f", valid NLL {m['valid_loss']:.3f}" if m["valid_loss"] is not None else ""
+        print(f"{m['name']}{default}: {(m['parameters'] or 0) / 1e6:.1f}M parameters, step {m['step']}{nll}")
+        print(f"  styles: {', '.join(m['styles']) or '-'}")
+    print("\nplay one: cadenza generate --style NAME --seconds 30 --render")
+    return 0
