@@ -135,3 +135,32 @@ def test_note_length_limit_defaults_to_the_training_data(run, store, tmp_path):
         assert (notes.end - notes.start).max() <= p999 + 0.011  # one 10 ms step of rounding
     assert cadenza.generate(run, max_tokens=10, max_note_seconds=0).run["max_note_seconds"] is None
     assert cadenza.generate(run, max_tokens=10, max_note_seconds=1.5).run["max_note_seconds"] == 1.5
+
+
+def test_corpus_specs_label_pieces_and_keep_their_origin(fake_corpus, tmp_path):
+    # 2 of the corpus's 3 scores, spread over it: the first (broken.abc) and the last (the 2nd tune)
+    res = cadenza.prepare(corpus="fake:2", out=tmp_path / "store", workers=1, progress=False)
+    assert len(res.store) == 1 and res.store.manifest["corpus"] == "fake:2"
+    piece = res.store.manifest["pieces"][0]
+    assert piece["style"] == "fake" and piece["origin"] == "fake:tunes.abc#1"
+    assert [(s["source"], s["style"]) for s in res.skipped] == [("broken.abc", "fake")]
+    assert res.store.manifest["styles"]["fake"]["pieces"] == 1
+    with pytest.raises(ValueError, match="NAME:COUNT"):
+        cadenza.prepare(corpus="fake:many", out=tmp_path / "x")
+
+
+def test_a_shipped_model_is_found_by_name_and_plays_by_default(run, tmp_path, monkeypatch, capsys):
+    from cadenza.cli import main
+    from cadenza.models import checkpoint as ckpt, zoo
+
+    monkeypatch.setattr(zoo, "shipped_root", lambda: tmp_path / "shipped")
+    folder = zoo.export(run, tmp_path / "shipped" / zoo.DEFAULT)
+    assert ckpt.verify(folder) is None and (folder / "run.json").exists()
+    assert (folder / "model.safetensors").stat().st_size < ckpt.fingerprint(
+        ckpt.resolve(run) / "model.safetensors")["bytes"] * 0.6  # fp16: about half
+    assert [m["name"] for m in cadenza.list_models()] == [zoo.DEFAULT]
+    g = cadenza.generate(max_tokens=20, seed=1)  # no checkpoint: the shipped model
+    assert g.run["checkpoint"] == str(folder) and g.ids[0]
+    assert main(["models"]) == 0 and zoo.DEFAULT in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="not a shipped model"):
+        zoo.resolve_model("nope")

@@ -1,12 +1,15 @@
-"""`make demo` / `cadenza demo`: the whole pipeline on the built-in Bach chorales, offline.
+"""`make demo` / `cadenza demo`: music out of the box, then the whole pipeline, offline.
 
-prepare the corpus -> train the tiny preset for a few minutes -> generate four chorales (two
-free, two continuing the opening of held-out chorales) -> render WAV and piano rolls -> evaluate
--> print a short table with the paths of everything written.
+First the shipped style model plays each of its styles (no training; each sample rendered to WAV
+and a piano roll, classified by the model's style classifier, and measured beside the real pieces of
+its style). Then the pipeline on the Bach chorales: prepare the corpus -> train the tiny preset for a
+few minutes -> generate four chorales (two free, two continuing held-out openings) -> render ->
+evaluate -> a short table with the paths of everything written.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -44,27 +47,65 @@ def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float
     t0 = time.time()
     out = Path(out)
     data, run, samples = out / "data", out / "run", out / "samples"
-    _say("1/5 prepare: the Bach chorales from music21's bundled corpus (no download)")
+    _say("1/6 listen: the shipped style model plays each of its styles (no training needed)")
+    shipped = play_shipped(out / "shipped", seconds, seed)
+    _say("2/6 prepare: the Bach chorales from music21's bundled corpus (no download)")
     store = _bach_store(data)
-    _say(f"2/5 train: the tiny Music Transformer for {minutes:g} minutes")
+    _say(f"3/6 train your own: the tiny Music Transformer on the chorales for {minutes:g} minutes")
     shutil.rmtree(run, ignore_errors=True)  # a demo always starts from scratch
     cfg = resolve("tiny", None, [f"seed={seed}"], max_minutes=minutes)
     result = train(cfg, data, run, command=f"cadenza demo --out {out} --minutes {minutes:g}")
-    _say("3/5 generate: 2 free chorales and 2 continuations of held-out chorale openings")
+    _say("4/6 generate: 2 free chorales and 2 continuations of held-out chorale openings")
     free, continued = _chorales(run, store, samples, seconds, seed)
-    _say("4/5 render: WAV and piano rolls")
+    _say("5/6 render: WAV and piano rolls")
     rendered = [render_file(p, wav=True, png=True) for p in free + continued]
-    _say("5/5 evaluate")
+    _say("6/6 evaluate")
     print(f"\nvalid NLL {result.valid_loss:.3f} nats/token vs unigram baseline {result.unigram_nll:.3f} "
           f"({result.step} steps, best {result.best_valid_loss:.3f})")
     _report(store, free, continued)
     print("\nwrote:")
+    for files in shipped:
+        print("  " + "  ".join(str(p) for p in files.values()))
     print(f"  token store   {data}")
     print(f"  run           {run}  (tensorboard --logdir {run / 'tb'})")
     for files in rendered:
         print("  " + "  ".join(str(p) for p in files.values()))
     print(f"\ndemo finished in {(time.time() - t0) / 60:.1f} minutes")
     return 0 if result.valid_loss is not None and result.valid_loss < result.unigram_nll else 1
+
+
+def play_shipped(out: Path, seconds: float, seed: int) -> list[dict]:
+    """One sample per style of the shipped model, rendered, classified and measured. -> rendered files."""
+    from cadenza.data.midi import read_notes
+    from cadenza.evaluation.classifier import StyleClassifier
+    from cadenza.evaluation.features import style_features
+    from cadenza.evaluation.metrics import compute_all
+    from cadenza.generation.generate import generate
+    from cadenza.listen.render import render_file
+    from cadenza.models.zoo import DEFAULT, list_models, resolve_model
+
+    if DEFAULT not in [m["name"] for m in list_models()]:
+        print("no shipped model in this installation: skipping")
+        return []
+    folder = resolve_model(DEFAULT)
+    card = json.loads((folder / "classifier.json").read_text())
+    clf = StyleClassifier.from_dict(card)
+    rendered, rows = [], []
+    for style in clf.styles:
+        g = generate(DEFAULT, style=style, guidance=card.get("guidance", 2.0), seconds=seconds, seed=seed,
+                     stop_at_eos=False, out=out / style)
+        path = g.paths[0].rename(out / f"{style}.mid")
+        rendered.append(render_file(path, wav=True, png=True))
+        notes = read_notes(path)[0]
+        heard = clf.predict(style_features(notes)[None])[0]
+        rows.append((style, heard, compute_all(notes, METRICS[:5]), card["reference"].get(style, {})))
+    print(f"\n| {'style':<11} | {'sounds like':<11} | " + " | ".join(f"{m:>20}" for m in METRICS[:5]) + " |")
+    print(f"|{'-' * 13}|{'-' * 13}|" + "|".join("-" * 22 for _ in METRICS[:5]) + "|")
+    for style, heard, got, ref in rows:
+        cells = " | ".join(f"{got[m]:>8.2f} (real {ref.get(m, float('nan')):>6.2f})" for m in METRICS[:5])
+        print(f"| {style:<11} | {heard:<11} | {cells} |")
+    print("\n(sounds like: the style classifier's verdict; real: the mean over the style's real pieces)")
+    return rendered
 
 
 def _bach_store(data: Path):

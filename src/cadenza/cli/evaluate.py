@@ -24,6 +24,13 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--samples", help="a folder of generated .mid files")
     p.add_argument("--reference", help="token store whose pieces are the reference set")
     p.add_argument("--reference-split", default="train", help="reference pieces (and memorisation corpus)")
+    p.add_argument("--styles", action="store_true",
+                   help="with --checkpoint and --data (a labelled store): does the model play each style? a style "
+                        "classifier, samples per style with and without guidance, overlaps, memorisation")
+    p.add_argument("--per-style", type=int, default=20, help="--styles: samples per style (default 20)")
+    p.add_argument("--seconds", type=float, default=30.0, help="--styles: seconds per sample (default 30)")
+    p.add_argument("--guidance", type=float, default=2.0, help="--styles: guidance of the guided samples")
+    p.add_argument("--out", help="--styles: folder for the report and the confusion-matrix pictures")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.set_defaults(func=run)
@@ -34,15 +41,34 @@ def run(a: argparse.Namespace) -> int:
     from cadenza.evaluation.report import evaluate
 
     rep = evaluate(a.checkpoint, a.data, split=a.split, stride=a.stride, samples=a.samples, reference=a.reference,
-                   reference_split=a.reference_split, device=a.device, progress=True, json_path=a.json)
+                   reference_split=a.reference_split, device=a.device, progress=True, json_path=a.json,
+                   styles=a.styles, per_style=a.per_style, seconds=a.seconds, guidance=a.guidance, out=a.out)
     if "nll" in rep:
         r = rep["nll"]
         print(f"{r['split']}: {r['nll_nats']:.4f} nats/token = {r['nll_bits']:.4f} bits/token, perplexity "
               f"{r['perplexity']:.2f} over {r['tokens']:,} tokens in {r['pieces']} pieces "
               f"(unigram baseline {r['unigram_nll']:.4f} nats)")
+        for style, nll in r.get("per_style", {}).items():
+            print(f"  {style:<14} {nll:.4f} nats/token")
     if "samples" in rep:
         print_metrics(rep["samples"])
+    if "styles" in rep:
+        print_styles(rep["styles"])
     return 0
+
+
+def print_styles(rep: dict) -> None:
+    c = rep["classifier"]
+    print(f"\nstyle classifier on real test pieces: accuracy {c['accuracy']:.1%} ({c['test_pieces']} pieces)")
+    g = rep["settings"]["guidance"]
+    print(f"\n| {'style':<12} | {'accuracy, guidance ' + format(g, 'g'):>22} | {'without':>8} | {'overlap':>7} | "
+          f"{'ceiling':>7} | {'copied run':>10} |")
+    print(f"|{'-' * 14}|{'-' * 24}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 12}|")
+    for style, s in rep["styles"].items():
+        print(f"| {style:<12} | {s['accuracy_guided']:>22.0%} | {s['accuracy_plain']:>8.0%} | {s['overlap']:>7.2f} | "
+              f"{s['ceiling']:>7.2f} | {s['memorisation']['max']:>10} |")
+    print(f"\nstyle accuracy {rep['style_accuracy_guided']:.1%} with guidance {g:g}, "
+          f"{rep['style_accuracy_plain']:.1%} without; overlap {rep['overlap_vs_ceiling']:.0%} of the ceiling")
 
 
 def print_metrics(rep: dict) -> None:

@@ -19,6 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from cadenza.atomic import atomic_path, exclusive, remove_leftovers, write_json
 from cadenza.env.record import cache_dir
 
@@ -122,6 +124,28 @@ def _parse(src: Path, tune: int | None):
     return converter.parse(header + tunes[tune], format="abc")
 
 
+UNIT_SECONDS = 90  # a few scores (long ABC tunes with many repeats) keep music21 busy for an hour
+
+
+def _in_time(seconds: int, fn, *args):
+    """fn(*args), or TimeoutError after `seconds` (where SIGALRM exists and this is the main thread)."""
+    import signal
+
+    def stop(signum, frame):
+        raise TimeoutError(f"music21 took more than {seconds} s")
+
+    try:
+        old = signal.signal(signal.SIGALRM, stop)
+    except (AttributeError, ValueError):  # no SIGALRM (Windows), or not the main thread
+        return fn(*args)
+    signal.alarm(seconds)
+    try:
+        return fn(*args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def _convert_source(args: tuple[str, str]) -> dict:
     """Worker: convert one unit (a file, or one tune of an ABC book) to MIDI; a file that is an
     opus of several scores gives several MIDI files."""
@@ -132,13 +156,27 @@ def _convert_source(args: tuple[str, str]) -> dict:
     if marker.exists():
         return json.loads(marker.read_text())
     warnings.filterwarnings("ignore")
-    from music21 import environment, stream
+    from music21 import environment
 
     environment.UserSettings  # noqa: B018  (import side effects only)
     label = src.name if tune is None else f"{src.name}#{tune}"
+    try:
+        written, failures = _in_time(UNIT_SECONDS, _convert_unit, src, tune, out_p, stem, label)
+    except TimeoutError as e:  # left half-written files behind: none (every write is atomic)
+        written, failures = [], [{"source": label, "reason": f"{e}; skipped"}]
+    result = {"written": written, "failures": failures, "source": label}
+    write_json(marker, result)
+    return result
+
+
+def _convert_unit(src: Path, tune: int | None, out_p: Path, stem: str, label: str) -> tuple[list, list]:
+    from music21 import stream
+
     written, failures = [], []
     try:
         parsed = _parse(src, tune)
+    except TimeoutError:
+        raise
     except Exception as e:
         failures.append({"source": label, "reason": f"music21 cannot parse it ({type(e).__name__}: {e})"[:300]})
         parsed = None
@@ -151,19 +189,19 @@ def _convert_source(args: tuple[str, str]) -> dict:
                 _write_midi(score, mid)
                 os.replace(mid, tmp)
             written.append(name)
+        except TimeoutError:
+            raise
         except Exception as e:
             where = label if len(scores) == 1 else f"{label}/{k}"
             failures.append({"source": where, "reason": f"music21 cannot write MIDI ({type(e).__name__}: {e})"[:300]})
-    result = {"written": written, "failures": failures, "source": label}
-    write_json(marker, result)
-    return result
+    return written, failures
 
 
 def _write_midi(score, path: Path) -> None:
     """music21's MIDI writer; for a score it refuses (many Essen songs with meter changes: "the
     object TimeSignature ... is already found in this Stream"), its notes, rests and tempo marks
     alone: the timing MIDI needs, without the notation that trips the writer."""
-    from music21 import exceptions21, note, stream, tempo
+    from music21 import exceptions21, note, tempo
 
     try:
         score.write("midi", fp=str(path))
@@ -176,14 +214,15 @@ def materialize(name: str, workers: int | None = None, progress: bool = True, li
                 only: set[str] | None = None) -> CorpusFiles:
     """Convert corpus `name` to MIDI (once; cached) and return the MIDI paths and the failures.
 
-    `limit` takes only the first N scores (a quick try, or a test); `only` takes the scores whose
+    `limit` takes only N scores, spread evenly over the corpus (a quick try, a smaller style, a
+    test); `only` takes the scores whose
     source label (``file`` or ``file#tune``, as `CorpusFiles.sources` gives them) is in it. A later
     call converts the rest, reusing what is cached.
     """
     if name not in CORPORA:
         raise KeyError(f"unknown corpus {name!r}; available: {', '.join(CORPORA)}")
     out = cache_dir() / "corpora" / name
-    todo = units(CORPORA[name])[:limit]
+    todo = spread(units(CORPORA[name]), limit)
     if only is not None:
         todo = [u for u in todo if _label(u) in only]
     with exclusive(out, f"prepare --corpus {name}"):
@@ -199,6 +238,14 @@ def materialize(name: str, workers: int | None = None, progress: bool = True, li
     if limit is None and only is None:
         write_json(out / "index.json", {"corpus": name, "midi": [p.name for p in midi], "failures": failures})
     return CorpusFiles(name, out, midi, failures, sources)
+
+
+def spread(items: list, limit: int | None) -> list:
+    """`limit` items spread evenly over `items`, in order (all of them without a limit)."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    picks = sorted({int(round(i)) for i in np.linspace(0, len(items) - 1, max(limit, 1))})
+    return [items[i] for i in picks]
 
 
 def _label(unit: str) -> str:

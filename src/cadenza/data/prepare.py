@@ -115,8 +115,11 @@ def _from_corpora(names: list[str], cfg: PrepareConfig, progress: bool) -> Input
     from cadenza.data.corpora import materialize
 
     found = Inputs(corpora=names)
-    for name in names:
-        cf = materialize(name, workers=cfg.workers, progress=progress)
+    for spec in names:  # "name", or "name:N" for N scores spread over the corpus
+        name, _, limit = spec.partition(":")
+        if limit and not limit.isdigit():
+            raise ValueError(f"--corpus {spec}: write NAME or NAME:COUNT (e.g. palestrina:400)")
+        cf = materialize(name, workers=cfg.workers, progress=progress, limit=int(limit) if limit else None)
         for p in cf.midi:
             found.files.append(str(p))
             found.styles[str(p)] = name

@@ -22,29 +22,40 @@ class EvaluateConfig:
 def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLike | None = None, *,
              split: str = "test", stride: int | None = None, samples: str | os.PathLike | None = None,
              reference: str | os.PathLike | None = None, reference_split: str = "train", device: str = "auto",
-             progress: bool = False, json_path: str | os.PathLike | None = None) -> dict[str, Any]:
+             progress: bool = False, json_path: str | os.PathLike | None = None, styles: bool = False,
+             per_style: int = 20, seconds: float = 30.0, guidance: float = 2.0,
+             out: str | os.PathLike | None = None) -> dict[str, Any]:
     """With `checkpoint` and `data`: NLL per token (nats, bits) and perplexity over a whole split.
     With `samples` (a folder of MIDI) and `reference` (a store): musical metrics of the samples
     against the reference pieces, their overlapping areas, and the longest run a sample copies.
-    Both at once give {"nll": ..., "samples": ...}. With `json_path`, the result is also written."""
+    With `styles` (and `checkpoint`, `data`): how well a style model plays each of the store's styles
+    (`cadenza.evaluation.styles`), its pictures written to `out`. The parts asked for come back as
+    {"nll": ..., "samples": ..., "styles": ...}. With `json_path`, the result is also written."""
     validate(EvaluateConfig(split, stride, reference_split))
-    out: dict[str, Any] = {}
+    result: dict[str, Any] = {}
     if checkpoint is not None or data is not None:
         if checkpoint is None or data is None:
             raise ValueError("the NLL needs both a checkpoint and a token store (--checkpoint and --data)")
-        out["nll"] = nll_report(checkpoint, data, split, stride, device, progress)
+        result["nll"] = nll_report(checkpoint, data, split, stride, device, progress)
+        if styles:
+            from cadenza.evaluation.styles import evaluate_styles
+
+            result["styles"] = evaluate_styles(checkpoint, data, per_style=per_style, seconds=seconds,
+                                               guidance=guidance, out=out, device=device, progress=progress)
+    if styles and (checkpoint is None or data is None):
+        raise ValueError("--styles needs a checkpoint and the labelled store it was trained on (--data)")
     if samples is not None or reference is not None:
         if samples is None or reference is None:
             raise ValueError("comparing samples needs both a samples folder and a reference store "
                              "(--samples and --reference)")
-        out["samples"] = samples_report(samples, reference, reference_split)
-    if not out:
+        result["samples"] = samples_report(samples, reference, reference_split)
+    if not result:
         raise ValueError("nothing to evaluate: give a checkpoint and a token store, or samples and a reference")
     if json_path is not None:
         from cadenza.atomic import write_json
 
-        write_json(json_path, out)
-    return out
+        write_json(json_path, result)
+    return result
 
 
 def nll_report(checkpoint, data, split: str = "test", stride: int | None = None, device: str = "auto",
@@ -58,9 +69,19 @@ def nll_report(checkpoint, data, split: str = "test", stride: int | None = None,
     store = TokenStore(data)
     if not store.tokenizer.same_as(meta["tokenizer"]):
         raise ValueError(f"{data} was tokenized differently from the checkpoint's training data")
-    r = token_nll(model, store, split, stride=stride, device=dev, progress=progress)
+    from cadenza.data.tokenizers import tokenizer_from_dict
+
+    r = token_nll(model, store, split, stride=stride, device=dev, progress=progress,
+                  tokenizer=tokenizer_from_dict(meta["tokenizer"]))
     out = r.as_dict()
     out.update({"checkpoint": meta["path"], "step": meta["step"], "unigram_nll": store.unigram_nll(split)})
+    pieces = store.split(split)
+    if store.styles:  # the same NLL, per style: every target of the style's pieces
+        out["per_style"] = {}
+        for style in store.styles:
+            nll = [v for p, v in zip(pieces, r.per_piece) if p.style == style]
+            if nll:
+                out["per_style"][style] = float(sum(v.sum() for v in nll) / sum(v.size for v in nll))
     return out
 
 

@@ -67,7 +67,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, meta: dict[str
         st_save_model(unwrap(model), str(tmp / "model.safetensors"))
         if state is not None:
             torch.save(state, tmp / "state.pt")
-        files = {f.name: _fingerprint(f) for f in (tmp / "model.safetensors", tmp / "state.pt") if f.exists()}
+        files = {f.name: fingerprint(f) for f in (tmp / "model.safetensors", tmp / "state.pt") if f.exists()}
         write_json(tmp / "checkpoint.json", {"format": FORMAT, "format_version": FORMAT_VERSION,
                                              "step": step, **meta, "files": files})
     prune(run_dir, keep_last)
@@ -99,7 +99,7 @@ def read_meta(step_dir: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def _fingerprint(path: Path) -> dict[str, Any]:
+def fingerprint(path: Path) -> dict[str, Any]:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
@@ -121,7 +121,7 @@ def verify(step_dir: str | os.PathLike) -> str | None:
             return f"{name} is missing"
         if f.stat().st_size != want["bytes"]:
             return f"{name} is {f.stat().st_size:,} bytes, {want['bytes']:,} when it was saved: truncated or replaced"
-        if _fingerprint(f)["sha256"] != want["sha256"]:
+        if fingerprint(f)["sha256"] != want["sha256"]:
             return f"{name} does not match the checksum recorded when it was saved"
     if "files" not in meta:  # written before checksums were recorded: at least parse the header
         try:

@@ -45,3 +45,33 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
     names = [m["name"] for m in list_models()]
     raise FileNotFoundError(f"{name_or_path}: no such run or checkpoint folder, and not a shipped model "
                             f"({', '.join(names) or 'none shipped'}; see `cadenza models`)")
+
+
+def export(checkpoint: str | os.PathLike, dest: str | os.PathLike, fp16: bool = True,
+           extra_files: dict[str, dict] | None = None) -> Path:
+    """A checkpoint as a self-contained model folder: weights (fp16 by default, half the size),
+    ``checkpoint.json`` with their checksum, and the run's ``run.json`` and ``metrics.jsonl``;
+    `extra_files` are JSON documents written beside them (e.g. the style classifier)."""
+    import shutil
+
+    from safetensors.torch import save_model
+
+    from cadenza.atomic import atomic_dir, write_json
+    from cadenza.models import checkpoint as ckpt
+
+    step_dir = ckpt.resolve(checkpoint)
+    model, meta = ckpt.load_model(step_dir)
+    run_dir = step_dir.parent.parent
+    meta = {k: v for k, v in meta.items() if k not in ("files", "path")}
+    with atomic_dir(dest) as tmp:
+        save_model(model.half() if fp16 else model, str(tmp / "model.safetensors"))
+        for name in ("run.json", "metrics.jsonl"):
+            if (run_dir / name).is_file():
+                shutil.copyfile(run_dir / name, tmp / name)
+        for name, doc in (extra_files or {}).items():
+            write_json(tmp / name, doc)
+        meta.update({"dtype": "float16" if fp16 else "float32",
+                     "exported_from": {"step": meta["step"], "checkpoint": step_dir.name},
+                     "files": {"model.safetensors": ckpt.fingerprint(tmp / "model.safetensors")}})
+        write_json(tmp / "checkpoint.json", meta)
+    return Path(dest)
