@@ -1,0 +1,1 @@
+"""MIDI files and corpora -> normalised notes -> token ids -> a memory-mapped token store -> windows."""
