@@ -8,14 +8,27 @@ from cadenza.cli.common import add_verb
 
 
 def register(sub) -> argparse.ArgumentParser:
-    s = add_verb(sub, "models", "list the models shipped with cadenza and their styles (ready to play)")
+    s = add_verb(sub, "models", "list the models shipped with cadenza and their styles (ready to play)",
+                 "List the shipped models, or with --rebuild rebuild the validation (or test) pieces a model's "
+                 "card was measured on from music21's corpus, to reproduce its figures with `cadenza evaluate`.")
+    s.add_argument("name", nargs="?", help="a shipped model (default: the style model)")
+    s.add_argument("--rebuild", choices=("valid", "test"), help="rebuild this split of the model's data")
+    s.add_argument("--out", help="--rebuild: the store folder to write")
     s.set_defaults(func=run)
     return s
 
 
 def run(a: argparse.Namespace) -> int:
-    from cadenza.models.zoo import DEFAULT, list_models
+    from cadenza.models.zoo import DEFAULT, list_models, rebuild_store
 
+    if a.rebuild:
+        if not a.out:
+            raise ValueError("--rebuild needs --out, the store folder to write")
+        res = rebuild_store(a.name or DEFAULT, a.rebuild, a.out)
+        print(res.summary())
+        print(f"\nreproduce the card: cadenza evaluate --checkpoint {a.name or DEFAULT} --data {a.out} "
+              f"--split {a.rebuild}")
+        return 0
     models = list_models()
     if not models:
         print("no models are shipped with this installation")

@@ -50,6 +50,7 @@ class Inputs:
     origins: dict[str, str] = field(default_factory=dict)
     skipped: list[dict] = field(default_factory=list)  # failed before reading (corpus conversion)
     corpora: list[str] = field(default_factory=list)
+    split: str | None = None  # every piece in this split (else a split from each piece's hash)
 
 
 @dataclass
@@ -85,16 +86,24 @@ class PrepareResult:
 def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | None = None, *,
             corpus: str | Iterable[str] | None = None, style: str | None = None, styles_from_folders: bool = False,
             tokenizer: Tokenizer | str | None = None, valid_fraction: float = 0.1, test_fraction: float = 0.1,
-            workers: int | None = None, progress: bool = True) -> PrepareResult:
+            workers: int | None = None, progress: bool = True, origins: Iterable[str] | None = None,
+            split: str | None = None) -> PrepareResult:
     """Tokenize MIDI files/folders, or built-in corpora (`cadenza.data.corpora`), into a token store.
 
     Styles: each corpus name labels its pieces; `style` labels every file given; with
     `styles_from_folders` each file takes the name of the first-level subfolder it is in. Bad
     files (corrupt, empty, not MIDI, drums only) are skipped and listed with their reason;
     duplicates (same bytes) are stored once. Returns the opened store and the skipped files.
+
+    To rebuild a few pieces of corpora exactly (a shipped model's validation pieces, say): `origins`
+    (``corpus:score`` as a store records them) takes only those scores, and `split` puts every piece
+    in that split.
     """
+    from cadenza.data.store import SPLITS
     from cadenza.data.tokenizers import get_tokenizer
 
+    if split is not None and split not in SPLITS:
+        raise SettingError("split", f"must be one of {', '.join(SPLITS)}, got {split!r}")
     cfg = PrepareConfig(valid_fraction, test_fraction, workers).validate()
     if out is None:
         raise ValueError("prepare needs an output folder (out=...)")
@@ -103,7 +112,9 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
     if bool(names) == bool(paths):
         raise ValueError("give MIDI files/folders or built-in corpus names (not both)")
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else get_tokenizer(tokenizer or "performance")
-    found = _from_corpora(names, cfg, progress) if names else _from_paths(paths, style, styles_from_folders)
+    origins = set(origins) if origins is not None else None
+    found = _from_corpora(names, cfg, progress, origins) if names else _from_paths(paths, style, styles_from_folders)
+    found.split = split
     if not found.files:
         raise FileNotFoundError(f"no MIDI files ({', '.join(MIDI_SUFFIXES)}) found in "
                                 f"{', '.join(map(str, paths or names))}")
@@ -111,7 +122,7 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
         return _write_store(found, Path(out), tok, cfg, progress)
 
 
-def _from_corpora(names: list[str], cfg: PrepareConfig, progress: bool) -> Inputs:
+def _from_corpora(names: list[str], cfg: PrepareConfig, progress: bool, origins: set[str] | None) -> Inputs:
     from cadenza.data.corpora import materialize
 
     found = Inputs(corpora=names)
@@ -119,7 +130,9 @@ def _from_corpora(names: list[str], cfg: PrepareConfig, progress: bool) -> Input
         name, _, limit = spec.partition(":")
         if limit and not limit.isdigit():
             raise ValueError(f"--corpus {spec}: write NAME or NAME:COUNT (e.g. palestrina:400)")
-        cf = materialize(name, workers=cfg.workers, progress=progress, limit=int(limit) if limit else None)
+        only = None if origins is None else {o.partition(":")[2] for o in origins if o.partition(":")[0] == name}
+        cf = materialize(name, workers=cfg.workers, progress=progress, limit=int(limit) if limit else None,
+                         only=only)
         for p in cf.midi:
             found.files.append(str(p))
             found.styles[str(p)] = name
@@ -172,9 +185,11 @@ def _write_store(found: Inputs, out: Path, tokenizer: Tokenizer, cfg: PrepareCon
             seen[r["sha256"]] = r["source"]
             if r["durations"] is not None:
                 lengths += r["durations"]
-            origin = {"origin": found.origins[r["source"]]} if r["source"] in found.origins else {}
+            meta = {"origin": found.origins[r["source"]]} if r["source"] in found.origins else {}
+            if found.split:
+                meta["split"] = found.split
             writer.add(r["ids"], source=r["source"], sha256=r["sha256"], notes=r["notes"], seconds=r["seconds"],
-                       stats=r["stats"], **label, **origin)
+                       stats=r["stats"], **label, **meta)
             bar.set_postfix(kept=len(writer.pieces), skipped=len(skipped), refresh=False)
     except BaseException:
         writer.abort()

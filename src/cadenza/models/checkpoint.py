@@ -175,14 +175,16 @@ def prune(run_dir, keep_last: int) -> None:
 
 
 def resolve(path: str | os.PathLike, prefer: str = "best") -> Path:
-    """A step folder from a run folder (its best, else latest checkpoint), a checkpoints folder,
-    or a step folder itself."""
+    """A step folder from a run folder (its best, else latest checkpoint), a checkpoints folder, a
+    step folder itself, or a shipped model's name."""
     p = Path(path)
+    if not p.exists():  # the name of a shipped model, or an error that lists them
+        from cadenza.models.zoo import resolve_model
+
+        p = resolve_model(path)
     if (p / "checkpoint.json").exists():
         return p
     run = p.parent if p.name == CKPT else p
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such checkpoint or run folder")
     found = (best_checkpoint(run) if prefer == "best" else None) or latest_checkpoint(run)
     if found is None:
         raise CheckpointError(f"{p}: no complete checkpoint found (train with `cadenza train --out {run}`)")

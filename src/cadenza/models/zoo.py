@@ -75,3 +75,26 @@ def export(checkpoint: str | os.PathLike, dest: str | os.PathLike, fp16: bool = 
                      "files": {"model.safetensors": ckpt.fingerprint(tmp / "model.safetensors")}})
         write_json(tmp / "checkpoint.json", meta)
     return Path(dest)
+
+
+def store_pieces(store) -> dict:
+    """What a model card keeps of its training store: the corpus spec and the origin of every
+    validation and test piece, enough to rebuild those pieces exactly (`rebuild_store`)."""
+    out = {"corpus": store.manifest.get("corpus"), "tokenizer": store.manifest["tokenizer"]}
+    for split in ("valid", "test"):
+        out[split] = [store.manifest["pieces"][p.index].get("origin") for p in store.split(split)]
+    return out
+
+
+def rebuild_store(name: str, split: str, out: str | os.PathLike, workers: int | None = None,
+                  progress: bool = True):
+    """The `split` pieces a shipped model was measured on, rebuilt from music21's corpus into a store
+    at `out` (all in that split), converting only those scores: `cadenza evaluate --checkpoint NAME
+    --data OUT --split SPLIT` then reproduces the model card's figure."""
+    from cadenza.data.prepare import prepare
+    from cadenza.data.tokenizers import tokenizer_from_dict
+
+    folder = resolve_model(name)
+    pieces = json.loads((folder / "pieces.json").read_text())
+    return prepare(out=out, corpus=pieces["corpus"], origins=pieces[split], split=split,
+                   tokenizer=tokenizer_from_dict(pieces["tokenizer"]), workers=workers, progress=progress)
