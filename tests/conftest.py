@@ -103,6 +103,27 @@ def fake_corpus(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture(scope="session")
+def studio_runs(tmp_path_factory):
+    """runs/tiny: a model with two styles, trained for a few steps on generated music (the studio's)."""
+    import cadenza
+    from cadenza.training.config import resolve
+
+    root = tmp_path_factory.mktemp("studio")
+    rng = np.random.default_rng(0)
+    for style in ("jig", "chorale"):
+        (root / "in" / style).mkdir(parents=True)
+        for i in range(6):
+            write_score(random_piece(rng, 80), root / "in" / style / f"{i}.mid")
+    store = cadenza.prepare(root / "in", root / "store", styles_from_folders=True, workers=1, progress=False,
+                            valid_fraction=0.2, test_fraction=0.0).store
+    cfg = resolve("tiny", overrides=["context=64", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
+                                     "batch_size=4", "max_steps=6", "eval_every=6", "eval_windows=2",
+                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
+    cadenza.train(cfg, store.path, root / "runs" / "tiny", progress=False)
+    return root / "runs"
+
+
 @pytest.fixture
 def tokenizer():
     from cadenza.data.tokenizers import PerformanceTokenizer

@@ -12,6 +12,7 @@ The public API is one function per command-line verb::
     cadenza.run_demo("runs/demo")                             # cadenza demo
     cadenza.list_corpora()                                    # cadenza corpora
     cadenza.list_models()                                     # cadenza models
+    cadenza.serve()                                           # cadenza serve
 """
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ _LAZY = {name: module for module, names in (
     ("cadenza.generation.config", "SamplingConfig"), ("cadenza.listen.render", "render"),
     ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
     ("cadenza.env.doctor", "doctor"), ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),
+    ("cadenza.studio.server", "serve"),
 ) for name in names.split()}
 
 __all__ = ["__version__", *_LAZY]

@@ -12,7 +12,8 @@ import sys
 
 from cadenza import __version__
 
-VERBS = ("prepare", "corpora", "train", "generate", "models", "render", "evaluate", "bench", "doctor", "demo")
+VERBS = ("prepare", "corpora", "train", "generate", "models", "render", "evaluate", "serve", "bench", "doctor",
+         "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -66,14 +66,29 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
     cfg = sampling_config(config, **settings)
     dev = pick_device(device)
     model, meta = ckpt.load_model(resolve_model(checkpoint if checkpoint is not None else DEFAULT), dev)
+    result = sample(model, meta, cfg, progress=progress)
+    if out is not None:
+        _write(result, Path(out), render)
+    return result
+
+
+def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
+           on_tokens: Callable[[int, torch.Tensor], None] | None = None) -> Generation:
+    """`generate` with a model already loaded (``checkpoint.load_model``): what a server calls.
+
+    `on_tokens(first_sample, tokens)` is called after every step with the new tokens so far of the
+    samples `first_sample`, ... (a (B, steps) view): the studio streams notes from it, and cancels a
+    job by raising in it.
+    """
     tok = tokenizer_from_dict(meta["tokenizer"])
     if cfg.seconds is not None and not tok.has_clock:
         raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
     primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
     prompt = tok.style_prefix(cfg.style) + [tok.bos_id] + primer
+    dev = next(model.parameters()).device
     t0 = time.time()
     limit = note_limit(cfg, meta)
-    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit)
+    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit, on_tokens)
     elapsed = time.time() - t0
     scores, stats = [], []
     head = len(prompt) - len(primer)  # the style token and BOS: not music
@@ -86,14 +101,11 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
            "device": str(dev), "max_note_seconds": limit, "generation_seconds": elapsed,
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
-    result = Generation(scores, all_ids, stats, cfg, run=run)
-    if out is not None:
-        _write(result, Path(out), render)
-    return result
+    return Generation(scores, all_ids, stats, cfg, run=run)
 
 
 def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
-            max_note_seconds: float | None) -> list[list[int]]:
+            max_note_seconds: float | None, on_tokens=None) -> list[list[int]]:
     """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
     (`seed`, i), so it is the same whatever the batch size or number of samples."""
     from tqdm import tqdm
@@ -112,8 +124,17 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
                                 top_p=cfg.top_p, seeds=sample_seeds(cfg.seed, start, b), constrained=cfg.constrained,
                                 max_polyphony=cfg.max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
                                 stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
-                                guidance=cfg.guidance, on_token=lambda n: bar.update(n - bar.n))
+                                guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens))
     return out
+
+
+def _progress(bar, start: int, on_tokens):
+    def step(n: int, tokens: torch.Tensor) -> None:
+        bar.update(n - bar.n)
+        if on_tokens is not None:
+            on_tokens(start, tokens)
+
+    return step
 
 
 def note_limit(cfg: SamplingConfig, meta: dict) -> float | None:

@@ -86,7 +86,8 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
                  seeds: list[int] | None = None, constrained: bool = True, max_polyphony: int | None = None,
                  use_cache: bool = True, stop_at_eos: bool = True, slide: int | None = None,
                  stop_seconds: float | None = None, max_note_seconds: float | None = None,
-                 guidance: float = 1.0, on_token: Callable[[int], None] | None = None) -> list[list[int]]:
+                 guidance: float = 1.0, on_token: Callable[[int, torch.Tensor], None] | None = None
+                 ) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
 
     Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). Randomness comes
@@ -97,7 +98,8 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     tokenizer a prompt starts with its style token, and `guidance` != 1 samples from
     ``uncond + guidance * (cond - uncond)``, the unconditioned logits coming from the same rows with
     NO_STYLE in the style token's place (classifier-free guidance: both passes in one batch, each
-    row with its own KV cache). `on_token(n)` is called after each step (a progress bar).
+    row with its own KV cache). `on_token(n, new)` is called after each step with the number of steps
+    taken and the new tokens so far, a (B, n) view (a progress bar, streaming, cancelling).
     """
     model.eval()
     b, t0 = prompts.shape
@@ -129,7 +131,7 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
         seq[:, n] = nxt.repeat(2) if guided else nxt
         n, n_new = n + 1, 1
         if on_token is not None:
-            on_token(step + 1)
+            on_token(step + 1, seq[:b, t0:n])
         if stop.update(nxt):
             break
     out = []

@@ -1,0 +1,118 @@
+"""Running one studio job: sample with a loaded model, stream its notes, write its files.
+
+While tokens arrive, the notes of every variation so far are decoded a few times a second and sent
+as a `notes` event, so the page draws the music as it is sampled. The result (MIDI and WAV of each
+variation, `job.json`) is written atomically into the job's own folder under the server's data
+folder, named by the server: it is the history a reloaded page lists again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cadenza.atomic import atomic_dir, write_json
+from cadenza.data.midi import Notes, write_midi
+from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.generation.config import SamplingConfig
+from cadenza.generation.generate import sample
+from cadenza.studio.jobs import Job
+from cadenza.studio.registry import Registry
+
+STREAM_EVERY = 0.12  # seconds between two `notes` events of a running job
+
+
+def notes_json(notes: Notes) -> list[list[float]]:
+    """[[start, end, pitch, velocity], ...] in onset order, times rounded to milliseconds."""
+    n = notes.by_time()
+    return [[round(float(s), 3), round(float(e), 3), int(p), int(v)]
+            for s, e, p, v in zip(n.start, n.end, n.pitch, n.velocity)]
+
+
+class _Stream:
+    """The `on_tokens` callback of a job: checks for cancelling after every token, and sends the
+    notes of each variation so far every STREAM_EVERY seconds."""
+
+    def __init__(self, job: Job, tok, primer: list[int]):
+        self.job, self.tok, self.primer, self.last = job, tok, primer, 0.0
+
+    def __call__(self, first: int, tokens) -> None:
+        self.job.check()
+        now = time.monotonic()
+        if now - self.last < STREAM_EVERY:
+            return
+        self.last = now
+        rows = tokens.tolist()
+        for r, new in enumerate(rows):
+            notes = self.tok.to_notes(self.primer + [t for t in new if t != self.tok.pad_id])
+            self.job.emit("notes", variation=first + r, notes=notes_json(notes), tokens=len(new))
+
+
+@dataclass
+class Runner:
+    registry: Registry
+    data: Path
+    sample_rate: int = 22050
+
+    def __call__(self, job: Job) -> dict[str, Any]:
+        model, meta = self.registry.load(job.model)
+        tok = tokenizer_from_dict(meta["tokenizer"])
+        cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
+        primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
+        gen = sample(model, meta, cfg, on_tokens=_Stream(job, tok, primer))
+        job.check()
+        return self._write(job, tok, gen, primer)
+
+    def _primer_settings(self, job: Job) -> dict[str, Any]:
+        if not job.primer:
+            return {}
+        return {"primer": str(job.primer["path"]), "primer_seconds": job.primer.get("seconds")}
+
+    def _write(self, job: Job, tok, gen, primer: list[int]) -> dict[str, Any]:
+        """sample-K.mid and sample-K.wav per variation, and job.json, into the job's folder."""
+        from cadenza.listen.audio import synthesize, write_wav
+
+        variations = []
+        with atomic_dir(self.data / "jobs" / job.id) as tmp:
+            for k, (score, ids, stats) in enumerate(zip(gen.scores, gen.ids, gen.stats)):
+                write_midi(score, tmp / f"sample-{k}.mid")
+                notes = tok.to_notes(primer + ids)
+                audio, backend = synthesize(notes, sample_rate=self.sample_rate)
+                write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
+                variations.append({"index": k, "notes": stats["notes"], "seconds": stats["seconds"],
+                                   "tokens": stats["tokens"], "audio": backend, "note_list": notes_json(notes)})
+            primer_info = {"seconds": job.primer.get("seconds"), "name": job.primer.get("name"),
+                           "end": job.primer.get("end")} if job.primer else None
+            summary = {"id": job.id, "model": job.model, "settings": job.settings, "created": job.created,
+                       "primer": primer_info, "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
+            write_json(tmp / "job.json", summary)
+        return _without_notes(summary)
+
+
+def _without_notes(summary: dict[str, Any]) -> dict[str, Any]:
+    return {**summary, "variations": [{k: v for k, v in x.items() if k != "note_list"} for x in summary["variations"]]}
+
+
+def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
+    """The finished jobs kept in the data folder, newest first (without their note lists)."""
+    jobs = []
+    for f in (data / "jobs").glob("*/job.json") if (data / "jobs").is_dir() else []:
+        try:
+            j = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        jobs.append(_without_notes(j))
+    return sorted(jobs, key=lambda j: -j["created"])[:limit]
+
+
+def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
+    f = data / "jobs" / job_id / "job.json"
+    if not f.is_file():
+        return None
+    for x in json.loads(f.read_text())["variations"]:
+        if x["index"] == variation:
+            return x["note_list"]
+    return None

@@ -1,0 +1,140 @@
+"""The studio page in a real browser: Playwright driving Debian's Chromium against a live server.
+
+Open the page, pick a style, generate, watch the notes arrive, play and hear the time move, download
+the MIDI, drop a primer and continue it, cancel a job. Screenshots go to $CADENZA_SCREENSHOTS when it
+is set (docs/studio.md uses them), else to a temporary folder. CI installs Chromium (.ci/run), so
+there this test fails rather than skips when the browser is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import symusic
+from conftest import make_score, write_score
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None and not os.environ.get("CI"):
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def server(studio_runs, tmp_path_factory):
+    import uvicorn
+
+    from cadenza.studio.app import Limits, create_app
+
+    app = create_app(tmp_path_factory.mktemp("studio-data"), studio_runs, Limits(max_running=1))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", app
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    assert CHROMIUM, "chromium is not installed: .ci/run installs it (apt-get install chromium)"
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--no-first-run", "--autoplay-policy=no-user-gesture-required"])
+        pg = browser.new_page(viewport={"width": 1400, "height": 820}, accept_downloads=True)
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto(server[0])
+        yield pg
+        assert errors == [], errors
+        browser.close()
+
+
+def shot(page, name: str, tmp_path) -> None:
+    folder = Path(os.environ.get("CADENZA_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"studio-{name}.png"))
+
+
+def notes_on_roll(page) -> int:
+    return int(page.get_attribute("[data-testid=roll]", "data-notes"))
+
+
+def test_generate_listen_download_continue_and_cancel(page, server, tmp_path):
+    page.wait_for_selector(".chip[data-style=jig]")
+    page.click(".chip[data-style=jig]")
+    assert "on" in page.get_attribute(".chip[data-style=jig]", "class")
+    page.click("[data-testid=dice]")
+    page.fill("[data-testid=seed]", "7")
+    page.click("[data-testid=generate]")
+    page.wait_for_function("Number(document.querySelector('[data-testid=roll]').dataset.notes) > 0", timeout=30_000)
+    page.wait_for_selector("[data-testid=play]:not([disabled])", timeout=30_000)
+    assert notes_on_roll(page) > 0
+    shot(page, "generated", tmp_path)
+
+    page.click("[data-testid=play]")  # the audio plays and its time moves on
+    page.wait_for_function("document.querySelector('[data-testid=audio]').currentTime > 0.3", timeout=10_000)
+    page.keyboard.press("Space")  # space pauses
+    page.wait_for_function("document.querySelector('[data-testid=audio]').paused", timeout=5_000)
+    assert page.text_content("[data-testid=clock]").split(" / ")[0] != "0:00.0"
+
+    with page.expect_download() as download:
+        page.click("[data-testid=download-midi]")
+    assert download.value.suggested_filename.endswith(".mid")
+    assert symusic.Score.from_midi(Path(download.value.path()).read_bytes()).note_num() > 0  # a real MIDI file
+
+    primer = write_score(make_score([[(i * 240, 240, 60 + (i * 5) % 12, 90) for i in range(16)]]),
+                         tmp_path / "opening.mid")
+    page.set_input_files("#file", str(primer))  # what dropping a file does
+    page.wait_for_selector("[data-testid=primer-roll]:not([hidden])")
+    before = page.evaluate("window.studio.job.id")
+    page.click("[data-testid=generate]")
+    page.wait_for_function(f"window.studio.job && window.studio.job.id !== '{before}' && "
+                           "!document.querySelector('[data-testid=play]').disabled", timeout=30_000)
+    assert page.evaluate("window.studio.jobCut") > 0 and notes_on_roll(page) > 0
+    shot(page, "continued", tmp_path)
+    page.click("[data-testid=score-toggle]")
+    page.wait_for_function("!document.querySelector('[data-testid=score]').textContent.includes('engraving')",
+                           timeout=60_000)
+    shot(page, "score", tmp_path)
+
+    _cancel_a_job(page, server[1])
+    assert page.locator("[data-testid=history] li").count() >= 2  # the history lists what was made
+
+
+def _cancel_a_job(page, app) -> None:
+    import threading as th
+
+    gate = th.Event()
+    real = app.state.jobs._run
+
+    def slow(job):  # hold the job, as a long piece on a busy machine would
+        while not gate.wait(0.02):
+            job.check()
+        return real(job)
+
+    app.state.jobs._run = slow
+    try:
+        page.click("[data-testid=generate]")
+        page.wait_for_selector("[data-testid=cancel]:not([hidden])")
+        page.click("[data-testid=cancel]")
+        page.wait_for_function("document.querySelector('[data-testid=status]').textContent.includes('cancelled')")
+        job = page.evaluate("window.studio.job.id")
+        deadline = time.time() + 5
+        while app.state.jobs.get(job).status != "cancelled" and time.time() < deadline:
+            time.sleep(0.05)
+        assert app.state.jobs.get(job).status == "cancelled"
+    finally:
+        app.state.jobs._run = real
+        gate.set()
