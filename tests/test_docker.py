@@ -15,7 +15,7 @@ yaml = pytest.importorskip("yaml")
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"
-PLANNED = ["prepare", "train", "generate", "render", "evaluate", "doctor", "demo", "bench", "corpora"]
+PLANNED = ["prepare", "train", "generate", "render", "evaluate", "doctor", "demo", "bench", "corpora", "models", "serve"]
 # Bind-mount sources the user's runs create (gitignored, kept out of the build context).
 RUNTIME_DIRS = {"data", "runs"}
 
@@ -112,6 +112,7 @@ def test_compose_structure(compose):
     assert {"/data", "/runs", "/cache"} <= targets
     assert "127.0.0.1:8888:8888" in svc["jupyter"]["ports"]
     assert "127.0.0.1:6006:6006" in svc["tensorboard"]["ports"]
+    assert "127.0.0.1:8000:8000" in svc["studio"]["ports"] and svc["studio"]["command"][0] == "serve"
     for name, s in svc.items():
         for port in s.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"

@@ -1,0 +1,167 @@
+"""The studio under load: 16 clients x 4 generations of 10 s of music against `cadenza serve`.
+
+    python benchmarks/bench_serve.py --out benchmarks/results/serve/serve.json
+
+Starts the server (its own process, its own data folder, 127.0.0.1), then
+1. one client, batch 1, one generation after another: music seconds per wall second (real-time
+   factor) and the time from the request to the first streamed note;
+2. 16 clients at once, each making 4 generations one after another (each style in turn): latency
+   from request to the finished result (p50, p95), jobs per second, errors, time to the first note,
+   and the server's memory (RSS) before, and after each round of 16.
+Prints a table and writes the result JSON (with the CPU, its flags and the versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_job(base: str, model: str, settings: dict) -> dict:
+    """POST a job, stream it to the end. -> latency, time to first note, music seconds, errors."""
+    t0 = time.perf_counter()
+    out = {"first_note": None, "error": None, "seconds": 0.0}
+    with httpx.Client(base_url=base, timeout=600) as c:
+        r = c.post("/api/jobs", json={"model": model, "settings": settings})
+        if r.status_code != 202:
+            return {**out, "error": f"HTTP {r.status_code}: {r.text[:200]}", "latency": time.perf_counter() - t0}
+        job = r.json()["id"]
+        with c.stream("GET", f"/api/jobs/{job}/events") as s:
+            for line in s.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                e = json.loads(line[6:])
+                if e["event"] == "notes" and e["notes"] and out["first_note"] is None:
+                    out["first_note"] = time.perf_counter() - t0
+                if e["event"] in ("done", "failed", "cancelled"):
+                    if e["event"] != "done":
+                        out["error"] = e.get("error") or e["event"]
+                    break
+        info = c.get(f"/api/jobs/{job}").json()
+    out["latency"] = time.perf_counter() - t0
+    if info.get("result"):
+        out["seconds"] = sum(v["seconds"] or 0 for v in info["result"]["variations"])
+        out["busy"] = info["finished"] - info["started"]
+    return out
+
+
+def start_server(port: int, data: str, runs: str | None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", data]
+    if runs:
+        cmd += ["--runs", runs]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.time() - t0 > 120:
+            raise RuntimeError(f"the server did not start: {proc.stderr.read()[-500:]}")
+        time.sleep(0.1)
+    proc.start_seconds = time.time() - t0
+    return proc
+
+
+def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> dict:
+    runs = [one_job(base, model, {"seconds": seconds, "seed": i, "stop_at_eos": False,
+                                  **({"style": styles[i % len(styles)]} if styles else {})}) for i in range(n)]
+    factor = [r["seconds"] / r["busy"] for r in runs if r.get("busy")]
+    return {"realtime_factor_median": statistics.median(factor), "realtime_factor": factor,
+            "first_note_median": statistics.median(r["first_note"] for r in runs if r["first_note"]),
+            "errors": sum(r["error"] is not None for r in runs)}
+
+
+def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int) -> dict:
+    results: list[list[dict]] = [[] for _ in range(rounds)]
+    memory = [rss_mb(pid)]
+    barrier = threading.Barrier(clients, action=lambda: memory.append(rss_mb(pid)))
+
+    def client(k: int) -> None:
+        for r in range(rounds):
+            style = {"style": styles[(k + r) % len(styles)]} if styles else {}
+            results[r].append(one_job(base, model, {"seconds": seconds, "seed": 1000 * r + k, "stop_at_eos": False,
+                                                    **style}))
+            barrier.wait()
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    flat = [x for r in results for x in r]
+    lat = sorted(x["latency"] for x in flat)
+    firsts = sorted(x["first_note"] for x in flat if x["first_note"] is not None)
+    return {"jobs": len(flat), "errors": sum(x["error"] is not None for x in flat),
+            "error_messages": sorted({x["error"] for x in flat if x["error"]})[:5], "wall_seconds": wall,
+            "jobs_per_s": len(flat) / wall, "latency_p50": lat[len(lat) // 2],
+            "latency_p95": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
+            "first_note_p50": firsts[len(firsts) // 2] if firsts else None,
+            "first_note_p95": firsts[min(len(firsts) - 1, int(0.95 * len(firsts)))] if firsts else None,
+            "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="styles", help="a model id the server offers (default: the shipped one)")
+    ap.add_argument("--runs", help="--runs for the server (to benchmark a model of yours)")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--solo", type=int, default=6, help="batch-1 generations for the real-time factor")
+    ap.add_argument("--out", help="write the result JSON here")
+    a = ap.parse_args(argv)
+    from cadenza.env.record import cpu_info, git_commit, library_versions
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="cadenza-bench-serve-") as data:
+        server = start_server(port, data, a.runs)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            styles = next(m["styles"] for m in httpx.get(f"{base}/api/models").json() if m["id"] == a.model)
+            one = solo(base, a.model, styles, a.seconds, a.solo)
+            many = crowd(base, a.model, styles, a.seconds, a.clients, a.rounds, server.pid)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    result = {"model": a.model, "clients": a.clients, "rounds": a.rounds, "seconds_per_job": a.seconds,
+              "server_start_seconds": server.start_seconds, "solo": one, "crowd": many,
+              "cpu": cpu_info(), "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
+              "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
+              "command": " ".join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
+    print(f"server start {server.start_seconds:.1f} s; batch 1: {one['realtime_factor_median']:.1f}x real time, "
+          f"first note {one['first_note_median'] * 1000:.0f} ms")
+    print(f"{many['jobs']} jobs from {a.clients} clients: p50 {many['latency_p50']:.2f} s, p95 "
+          f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
+          f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; RSS MB {[round(m) for m in many['rss_mb_before_and_after_each_round']]}")
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
