@@ -96,6 +96,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--attention", nargs="+", default=["rope", "relative"])
     ap.add_argument("--skip-full", action="store_true", help="skip the (slow) full-recompute contestant")
+    ap.add_argument("--out", help="write the result JSON here (benchmarks/results/generate/...)")
     a = ap.parse_args(argv)
     runs = contestants(a.new_tokens, a.attention)
     if a.skip_full:
@@ -121,6 +122,12 @@ def main(argv=None) -> int:
     hf = results["HF GPT2 generate"]
     for k, r in results.items():
         print(f"| {k} | " + " | ".join(f"{r[b]:,.0f} | {r[b] / hf[b]:.2f}x" for b in a.batches) + " |")
+    from _record import write_result
+
+    write_result(a.out, {"benchmark": "generate", "new_tokens": a.new_tokens, "repeats": a.repeats,
+                         "batches": a.batches, "rows": [{"generator": k, "tokens_per_s": {str(b): r[b] for b in r},
+                                                         "vs_hf": {str(b): r[b] / hf[b] for b in r}}
+                                                        for k, r in results.items()]})
     return 0
 
 

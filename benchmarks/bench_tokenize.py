@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*", help="MIDI files/folders (default: the built-in Bach corpus)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", help="write the result JSON here (benchmarks/results/tokenize/...)")
     a = ap.parse_args(argv)
 
     from cadenza.data.ingest import collect_midi_files
@@ -70,9 +71,16 @@ def main(argv=None) -> int:
     print(f"| {'tokenizer':<22} | {'files/s':>10} | {'notes/s':>12} | {'vs MidiTok':>10} |")
     print(f"|{'-' * 24}|{'-' * 12}:|{'-' * 14}:|{'-' * 12}:|")
     base = statistics.median(rows[-1][1])
+    table = []
     for name, ts in rows:
         m = statistics.median(ts)
         print(f"| {name:<22} | {len(good) / m:>10,.0f} | {notes / m:>12,.0f} | {base / m:>9.1f}x |")
+        table.append({"tokenizer": name, "files_per_s": len(good) / m, "notes_per_s": notes / m, "vs_miditok": base / m,
+                      "seconds": ts})
+    from _record import write_result
+
+    write_result(a.out, {"benchmark": "tokenize", "label": label, "files": len(good), "notes": notes,
+                         "repeats": a.repeats, "rows": table})
     return 0
 
 

@@ -155,6 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-context", type=int, default=2048)
     ap.add_argument("--memory-batch", type=int, default=2)
     ap.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help="write the result JSON here (benchmarks/results/train/...)")
     a = ap.parse_args(argv)
     if a.memory_child:
         att, ctx, b, prec = a.memory_child
@@ -164,6 +165,7 @@ def main(argv=None) -> int:
           f"median of {a.steps} steps after {a.warmup} warm-up\n")
     from cadenza.env.device import cpu_supports_bf16
 
+    requested = list(a.precision)
     if "bf16" in a.precision and not cpu_supports_bf16():
         print("bf16 rows skipped: this CPU has no native bf16 (no AVX512-BF16 or AMX), so bf16 autocast would "
               "be emulated and slower than fp32 (see `cadenza doctor --precision bf16`)\n")
@@ -178,6 +180,8 @@ def main(argv=None) -> int:
         peak = next(r["peak_gflops"] for r in rows if r["precision"] == p)
         print(f"\nmatmul peak {p}: {peak:,.0f} GFLOP/s (1024x1024, best of 20)", end="")
     print()
+    mem = []
+    skipped = [] if "bf16" in a.precision or "bf16" not in requested else ["bf16: no native bf16 on this CPU"]
     if not a.skip_memory:
         mem = memory(a.memory_context, a.memory_batch, "fp32")
         rope = next(m["peak_mb"] for m in mem if m["attention"] == "rope")
@@ -186,6 +190,11 @@ def main(argv=None) -> int:
         print("| attention | peak MB | vs rope |\n|---|---:|---:|")
         for m in mem:
             print(f"| {m['attention']} | {m['peak_mb']:,.0f} | {m['peak_mb'] / rope:.2f}x |")
+    from _record import write_result
+
+    write_result(a.out, {"benchmark": "train", "steps": a.steps, "batch": a.batch, "context": SIZE["context"],
+                         "rows": rows, "skipped": skipped, "memory": {"context": a.memory_context,
+                                                                      "batch": a.memory_batch, "rows": mem}})
     return 0
 
 
