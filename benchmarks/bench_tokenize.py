@@ -13,6 +13,7 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import symusic
 
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*", help="MIDI files/folders (default: the built-in Bach corpus)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--label", help="what the files are, for the result table (default: the folders' names)")
     ap.add_argument("--out", help="write the result JSON here (benchmarks/results/tokenize/...)")
     a = ap.parse_args(argv)
 
@@ -41,7 +43,8 @@ def main(argv=None) -> int:
 
     if a.inputs:
         files = collect_midi_files(a.inputs)
-        label = ", ".join(a.inputs)
+        # The folders' names, not their paths: the label goes into docs read on other machines.
+        label = a.label or ", ".join(Path(p).name for p in a.inputs)
     else:
         from cadenza.data.corpora import materialize
 

@@ -81,7 +81,9 @@ def test_evaluate_nll_and_samples_in_one_call(run, store, tmp_path):
     assert nll["nll_bits"] == pytest.approx(nll["nll_nats"] / np.log(2))
     s = rep["samples"]
     assert s["samples"] == 2 and "pitch_range" in s["metrics"] and len(s["memorisation"]) == 2
-    assert json.loads((tmp_path / "rep.json").read_text())["nll"]["tokens"] == nll["tokens"]
+    saved = json.loads((tmp_path / "rep.json").read_text())
+    assert saved["nll"]["tokens"] == nll["tokens"]
+    assert saved["cpu"]["model"] and saved["versions"]["torch"] and "command" in saved  # how it was made
     with pytest.raises(ValueError, match="needs both"):
         cadenza.evaluate(run)
 

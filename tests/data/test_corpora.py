@@ -47,3 +47,15 @@ def test_an_abc_book_is_split_into_tunes_that_convert_alone(fake_corpus, tmp_pat
     res = C.materialize("fake", workers=1, progress=False, only={"tunes.abc#1"})
     assert [p.name for p in res.midi] == ["tunes.abc-0001.mid"]  # one tune, without the rest of the book
     assert res.sources == {"tunes.abc-0001.mid": "tunes.abc#1"}
+
+
+def test_sources_come_from_the_units_even_with_markers_of_older_versions(fake_corpus, tmp_path):
+    import json
+
+    first = C.materialize("fake", workers=1, progress=False)
+    for marker in (tmp_path / "cache" / "corpora" / "fake").glob(".*.done.json"):
+        old = json.loads(marker.read_text())
+        old.pop("source", None)  # markers written before sources were recorded
+        marker.write_text(json.dumps(old))
+    again = C.materialize("fake", workers=1, progress=False)
+    assert again.sources == first.sources == {"tunes.abc-0000.mid": "tunes.abc#0", "tunes.abc-0001.mid": "tunes.abc#1"}

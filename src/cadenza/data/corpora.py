@@ -153,13 +153,13 @@ def _convert_source(args: tuple[str, str]) -> dict:
     src, tune, stem = _unit_key(unit)
     out_p = Path(out_dir)
     marker = out_p / f".{stem}.done.json"
-    if marker.exists():
-        return json.loads(marker.read_text())
+    label = _label(unit)
+    if marker.exists():  # the label is the unit's, never the marker's: older markers did not keep it
+        return {**json.loads(marker.read_text()), "source": label}
     warnings.filterwarnings("ignore")
     from music21 import environment
 
     environment.UserSettings  # noqa: B018  (import side effects only)
-    label = src.name if tune is None else f"{src.name}#{tune}"
     try:
         written, failures = _in_time(UNIT_SECONDS, _convert_unit, src, tune, out_p, stem, label)
     except TimeoutError as e:  # left half-written files behind: none (every write is atomic)

@@ -238,6 +238,8 @@ def doctor_summary(probes: Probes | None = None) -> dict:
             "driver": (smi.get("gpus") or [{}])[0].get("driver") if smi.get("ok") else None,
             "gpus": [f"{g['name']} (cc {g['capability']}, {_size(g['memory_bytes'])})" for g in t.get("gpus", [])],
             "cuda_visible_devices": r["cuda_visible_devices"], "cpu_count": r["cpu"]["usable"],
+            # The CPU and its vector instruction sets: speed (and bf16) depend on them.
+            "cpu": r["cpu"].get("model"), "cpu_isa": r["cpu"].get("isa", []),
             "torch_threads": r["cpu"]["torch_threads"], "container": r["container"],
             "versions": {k: p.module_version(k) for k in ("numpy", "symusic", "miditok", "music21")}}
 

@@ -53,8 +53,11 @@ def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLik
         raise ValueError("nothing to evaluate: give a checkpoint and a token store, or samples and a reference")
     if json_path is not None:
         from cadenza.atomic import write_json
+        from cadenza.env.record import command_line, cpu_info, git_commit, library_versions
 
-        write_json(json_path, result)
+        # A result file says how it was made: the command, the code and the machine.
+        write_json(json_path, {**result, "command": command_line(), "code_commit": git_commit(), "cpu": cpu_info(),
+                               "versions": library_versions(("cadenza", "torch", "numpy", "symusic", "music21"))})
     return result
 
 
@@ -74,7 +77,10 @@ def nll_report(checkpoint, data, split: str = "test", stride: int | None = None,
     r = token_nll(model, store, split, stride=stride, device=dev, progress=progress,
                   tokenizer=tokenizer_from_dict(meta["tokenizer"]))
     out = r.as_dict()
-    out.update({"checkpoint": meta["path"], "step": meta["step"], "unigram_nll": store.unigram_nll(split)})
+    # A shipped model by its name: where the package is installed says nothing about the result.
+    shipped = not os.path.exists(str(checkpoint))
+    out.update({"checkpoint": str(checkpoint) if shipped else meta["path"], "step": meta["step"],
+                "unigram_nll": store.unigram_nll(split)})
     pieces = store.split(split)
     if store.styles:  # the same NLL, per style: every target of the style's pieces
         out["per_style"] = {}

@@ -1,0 +1,112 @@
+"""The model card's tables (docs/models.md), from the shipped model's own files and its evaluation
+results in benchmarks/results/styles/. Used by bench_table.py; not run on its own."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "src" / "cadenza" / "models" / "shipped" / "styles"
+RESULTS = ROOT / "benchmarks" / "results" / "styles"
+CLASSIFIER_GOAL, STYLE_GOAL, OVERLAP_GOAL = 0.85, 0.80, 0.80
+SOURCES = {"bach": "Bach chorales (`bach`)", "palestrina": "Palestrina masses (`palestrina`)",
+           "irish": "O'Neill's 1850 Irish tunes (`irish`)", "german": "German folk songs, Essen (`german`)",
+           "chinese": "Chinese folk songs, Essen (`chinese`)"}
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _missing(what: str) -> list[str]:
+    return [f"*No result file yet ({what}).*"]
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def _source(r: dict, path: Path) -> str:
+    cpu = r.get("cpu", {})
+    isa = ", ".join(f for f in cpu.get("isa", []) if f.startswith(("avx", "amx"))) or "no AVX"
+    return (f"<sub>`{r.get('command', '?')}` · {cpu.get('model', '?')} ({isa}) · commit "
+            f"{str(r.get('code_commit') or '?')[:7]} · [{path.name}](../{path.relative_to(ROOT).as_posix()})</sub>")
+
+
+def data_table() -> list[str]:
+    data = _read(SHIPPED / "data.json")
+    if data is None:
+        return _missing("src/cadenza/models/shipped/styles/data.json")
+    out = ["| style | source (music21 corpus) | pieces train / valid / test | tokens | hours | skipped |",
+           "|---|---|---:|---:|---:|---:|"]
+    for style, s in data["styles"].items():
+        p = s["pieces"]
+        out.append(f"| {style} | {SOURCES.get(style, style)} | {p['train']:,} / {p['valid']:,} / {p['test']:,} | "
+                   f"{s['tokens']:,} | {s['hours']:.1f} | {s['skipped']} |")
+    t = data["totals"]
+    out += [f"| all | `cadenza prepare --corpus {data['corpus']}` | {t['pieces']:,} | {t['tokens']:,} | "
+            f"{t['seconds'] / 3600:.1f} | {t['skipped']} |"]
+    return out
+
+
+def training_table() -> list[str]:
+    meta, run, data = (_read(SHIPPED / f) for f in ("checkpoint.json", "run.json", "data.json"))
+    if meta is None or run is None:
+        return _missing("src/cadenza/models/shipped/styles/")
+    m, t = meta["config"]["model"], meta["config"]["train"]
+    log = [json.loads(line) for line in (SHIPPED / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    speed = statistics.median(r["tokens_per_s"] for r in log if "tokens_per_s" in r)
+    env, machine = run["environment"], (data or {}).get("machine", {})
+    rows = [("model", f"Music Transformer, {m['attention']} attention, {m['n_layers']} layers x d {m['d_model']}, "
+                      f"{m['n_heads']} heads, context {m['context']}, {meta['parameters'] / 1e6:.2f}M parameters"),
+            ("command", f"`{run['command']}`"),
+            ("steps", f"{meta['step']:,} (best validation of {t['max_steps']:,}), batch {t['batch_size']}"),
+            ("validation loss at that step", f"{meta['valid_loss']:.3f} nats/token (windows; the full split is below)"),
+            ("training speed", f"{speed:,.0f} tokens/s (median), {run['precision']}, "
+                               f"{env['torch_threads']} torch thread(s)"),
+            ("wall time", f"{machine['wall_hours']:.1f} h" if machine.get("wall_hours") else "-"),
+            ("machine", f"{machine.get('cpu', {}).get('model', '?')}, {env.get('cpu_count')} cores "
+                        f"({', '.join(machine.get('cpu', {}).get('isa', [])) or '?'}), {run['device']}"),
+            ("software", f"torch {env.get('torch')}, python {env.get('python')}, cadenza {env.get('cadenza')}"),
+            ("code commit", f"`{env.get('git_commit', '?')[:12]}`"),
+            ("data fingerprint", f"`{run['data_fingerprint'][:16]}`"),
+            ("shipped weights", f"fp16, {(SHIPPED / 'model.safetensors').stat().st_size / 1e6:.1f} MB")]
+    return ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+
+
+def eval_table() -> list[str]:
+    nll_path, ev_path = RESULTS / "valid-nll.json", RESULTS / "styles-eval.json"
+    nll, ev = _read(nll_path), _read(ev_path)
+    if nll is None or ev is None:
+        return _missing("benchmarks/results/styles/valid-nll.json and styles-eval.json")
+    n, s = nll["nll"], ev["styles"]
+    clf, g = s["classifier"], s["settings"]["guidance"]
+    out = [f"| style | valid NLL (nats/token) | classifier on real test pieces | style accuracy, guidance {g:g} | "
+           "without guidance | overlap with real | real-vs-real ceiling | longest copied run (median / max tokens) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for style, r in s["styles"].items():
+        mem = r["memorisation"]
+        out.append(f"| {style} | {n['per_style'][style]:.3f} | {clf['per_style'][style]:.0%} | "
+                   f"{r['accuracy_guided']:.0%} | {r['accuracy_plain']:.0%} | {r['overlap']:.2f} | "
+                   f"{r['ceiling']:.2f} | "
+                   f"{mem['median']} / {mem['max']} |")
+    out.append(f"| **all** | **{n['nll_nats']:.3f}** ({n['tokens']:,} tokens) | **{clf['accuracy']:.1%}** "
+               f"(balanced {clf['balanced_accuracy']:.1%}) | **{s['style_accuracy_guided']:.1%}** | "
+               f"{s['style_accuracy_plain']:.1%} | | {s['overlap_vs_ceiling']:.0%} of the ceiling | |")
+    out += ["", _source(nll, nll_path) + "<br>", _source(ev, ev_path), "",
+            f"{s['settings']['per_style']} samples of {s['settings']['seconds']:g} s per style and guidance; the "
+            f"classifier was trained on {clf['train_excerpts']:,} excerpts of training pieces and tested on "
+            f"{clf['test_pieces']:,} test pieces.", "",
+            f"* Classifier accuracy on real test pieces >= {CLASSIFIER_GOAL:.0%}: "
+            f"{_met(clf['accuracy'] >= CLASSIFIER_GOAL)} ({clf['accuracy']:.1%}).",
+            f"* Style accuracy of generated samples, averaged over styles, with guidance >= {STYLE_GOAL:.0%}: "
+            f"{_met(s['style_accuracy_guided'] >= STYLE_GOAL)} ({s['style_accuracy_guided']:.1%}; without guidance "
+            f"{s['style_accuracy_plain']:.1%}).",
+            f"* Generated-vs-real overlap >= {OVERLAP_GOAL:.0%} of the real-vs-real ceiling on average: "
+            f"{_met(s['overlap_vs_ceiling'] >= OVERLAP_GOAL)} ({s['overlap_vs_ceiling']:.0%})."]
+    return out
+
+
+TABLES = {"styles-data": data_table, "styles-training": training_table, "styles-eval": eval_table}

@@ -1,0 +1,51 @@
+"""Keep the evidence of finished `cadenza bench` runs: RUN/bench.json and the run's resolved config
+go, as one small JSON file, to benchmarks/results/<dataset>/<run name>.json (commit it).
+
+    python benchmarks/keep_run.py runs/nott-s0 runs/nott-s1
+    python benchmarks/bench_table.py --write     # then rebuild the tables of docs/benchmarks.md
+
+Weights, stores and logs stay in the run folder; the file keeps what a reader needs to trust and
+re-run the result: command, seed, code commit, CPU and its flags, threads, wall time, the validation
+curve the checkpoint was selected on, and the valid and test NLL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def keep(run: Path, results: Path = RESULTS) -> Path:
+    bench = run / "bench.json"
+    if not bench.exists():
+        raise SystemExit(f"{run}: no bench.json (the run has not finished; resume it with --resume)")
+    r = json.loads(bench.read_text())
+    config = run / "config.json"
+    if config.exists():
+        r["config"] = json.loads(config.read_text())
+    # Only the checkpoint's name: the folder it lived in belongs to the machine that ran it.
+    r["checkpoint"] = Path(r.get("checkpoint", "")).name
+    r["run"] = run.name
+    out = results / r["dataset"] / f"{run.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(r, indent=1) + "\n")
+    tmp.replace(out)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, help="finished bench run folders")
+    a = ap.parse_args(argv)
+    for run in a.runs:
+        print(f"{run} -> {keep(run).relative_to(RESULTS.parent.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

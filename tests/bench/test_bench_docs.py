@@ -1,0 +1,65 @@
+"""The benchmark docs quote only what the committed result files say (benchmarks/bench_table.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def table():
+    spec = importlib.util.spec_from_file_location("bench_table", ROOT / "benchmarks" / "bench_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_docs_tables_match_the_result_files(table):
+    stale = table.stale_docs()
+    assert not stale, f"{[str(p) for p in stale]}: run python benchmarks/bench_table.py --write"
+
+
+def test_every_doc_table_has_a_known_generator(table):
+    names = [m.group("name") for d in table.DOCS if d.exists() for m in table.MARKER.finditer(d.read_text())]
+    assert names, "the docs have no generated tables"
+    assert set(names) <= set(table.TABLES)
+
+
+def test_every_quoted_result_file_exists(table):
+    for d in table.DOCS:
+        if d.exists():
+            for link in table.re.findall(r"\]\(\.\./(benchmarks/results/[^)]+\.json)\)", d.read_text()):
+                assert (ROOT / link).is_file(), f"{d.name} links {link}, which is not committed"
+
+
+def _run(tmp: Path, dataset: str, seed: int, valid: float, test: float, recipe: str = "--max-steps 100") -> None:
+    r = {"dataset": dataset, "valid": valid, "test": test, "seed": seed, "step": 100, "steps": 100,
+         "model": "relative transformer 4x256", "command": f"cadenza bench polyphonic --out runs/x{seed} {recipe} "
+                                                       f"--seed {seed}"}
+    (tmp / dataset).mkdir(parents=True, exist_ok=True)
+    (tmp / dataset / f"{recipe.split()[-1]}-{seed}.json").write_text(json.dumps(r))
+
+
+def test_headline_is_chosen_on_validation_and_prefers_several_seeds(table, tmp_path, monkeypatch):
+    monkeypatch.setattr(table, "RESULTS", tmp_path)
+    _run(tmp_path, "jsb", 0, valid=5.0, test=4.0, recipe="--max-steps 50")          # best valid, one seed
+    _run(tmp_path, "jsb", 0, valid=5.3, test=5.3, recipe="--max-steps 100")
+    _run(tmp_path, "jsb", 1, valid=5.1, test=5.1, recipe="--max-steps 100")
+    _run(tmp_path, "jsb", 2, valid=5.05, test=6.0, recipe="--max-steps 200")         # best test, never chosen
+    _run(tmp_path, "jsb", 3, valid=5.25, test=6.0, recipe="--max-steps 200")
+    row = next(line for line in table.summary_table() if line.startswith("| JSB Chorales |"))
+    assert "**6.000 ± 0.000** | 5.150 ± 0.141 | 2 |" in row and "--max-steps 200`" in row
+    assert "**not met** (0.810 above)" in row
+
+
+def test_summary_says_when_a_data_set_has_no_kept_run(table, tmp_path, monkeypatch):
+    monkeypatch.setattr(table, "RESULTS", tmp_path)
+    _run(tmp_path, "nottingham", 0, valid=2.0, test=2.2)
+    lines = table.summary_table()
+    assert any(line.startswith("| Nottingham |") and "**met** (0.110 below)" in line for line in lines)
+    assert any(line.startswith("| MuseData |") and "no kept run" in line for line in lines)
