@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def write_result(path: str | None, payload: dict) -> None:
     """Print where the result goes and write it (with the environment and the command) as JSON."""
     if not path:
         return
-    out = {**payload, **environment(), "command": " ".join(["python", *sys.argv])}
+    out = {**payload, **environment(), "command": shlex.join(["python", *sys.argv])}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nresult: {path}")

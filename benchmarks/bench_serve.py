@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import socket
+import shlex
 import statistics
 import subprocess
 import sys
@@ -151,12 +152,13 @@ def main(argv=None) -> int:
               "server_start_seconds": server.start_seconds, "solo": one, "crowd": many,
               "cpu": cpu_info(), "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
               "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
-              "command": " ".join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
+              "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
     print(f"server start {server.start_seconds:.1f} s; batch 1: {one['realtime_factor_median']:.1f}x real time, "
           f"first note {one['first_note_median'] * 1000:.0f} ms")
     print(f"{many['jobs']} jobs from {a.clients} clients: p50 {many['latency_p50']:.2f} s, p95 "
           f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
-          f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; RSS MB {[round(m) for m in many['rss_mb_before_and_after_each_round']]}")
+          f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; "
+          f"RSS MB {[round(m) for m in many['rss_mb_before_and_after_each_round']]}")
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -98,7 +98,8 @@ def train_table() -> list[str]:
     out = ["| precision | model | tokens/s | vs HF | MFU |", "|---|---|---:|---:|---:|"]
     hf = {row["precision"]: row["tokens_per_s"] for row in r["rows"] if row["model"].startswith("HF")}
     for row in r["rows"]:
-        mfu = f"{row['mfu'] * 100:.0f}%" if row.get("mfu") else ""
+        # An LSTM's FLOP count is not comparable with a transformer's, so it gets no MFU.
+        mfu = f"{row['mfu'] * 100:.0f}%" if row.get("mfu") and "lstm" not in row["model"].lower() else ""
         out.append(f"| {row['precision']} | {row['model']} | {row['tokens_per_s']:,.0f} | "
                    f"{row['tokens_per_s'] / hf[row['precision']]:.2f}x | {mfu} |")
     out += ["", provenance(path, r), ""]
@@ -127,7 +128,7 @@ def memory_table() -> list[str]:
     out = [f"One training step at context {m['context']}, batch {m['batch']}, fp32, each in a fresh process:", "",
            "| attention | peak MB | vs rope |", "|---|---:|---:|"]
     out += [f"| {x['attention']} | {x['peak_mb']:,.0f} | {x['peak_mb'] / rope:.2f}x |" for x in m["rows"]]
-    ratio = max(x["peak_mb"] for x in m["rows"]) / rope
+    ratio = next(x["peak_mb"] for x in m["rows"] if x["attention"] == "relative") / rope
     out += ["", provenance(path, r), "", f"Goal: relative within {MEMORY_GOAL}x of rope: {met(ratio <= MEMORY_GOAL)} "
                                          f"({ratio:.2f}x)."]
     return out

@@ -139,8 +139,8 @@ def _memory_child(attention: str, context: int, batch: int, precision: str) -> N
 def memory(context: int, batch: int, precision: str) -> list[dict]:
     rows = []
     for attention in ("rope", "relative"):
-        out = subprocess.run([sys.executable, __file__, "--memory-child", attention, str(context), str(batch), precision],
-                             capture_output=True, text=True, check=True)
+        child = [sys.executable, __file__, "--memory-child", attention, str(context), str(batch), precision]
+        out = subprocess.run(child, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return rows
 
