@@ -1,6 +1,6 @@
 """The pictures of docs/studio.md and the README: the studio with the shipped model, in Chromium.
 
-    python benchmarks/studio_screenshots.py --out docs/img
+    python tools/studio_screenshots.py --out docs/img
 
 Starts `cadenza serve` on a free 127.0.0.1 port, then drives the page with Playwright (Debian's
 chromium): an Irish tune generated (studio-generated.png), a Bach chorale dropped on the page and

@@ -1,6 +1,6 @@
 """Ship a trained style model inside the package (maintainers): src/cadenza/models/shipped/NAME/.
 
-    python benchmarks/ship_model.py --run runs/styles --data data/styles --name styles --guidance 2
+    python tools/ship_model.py --run runs/styles --data data/styles --name styles --guidance 2
 
 Writes, from the run's best checkpoint (by validation loss) and the labelled store it was trained on:
   model.safetensors  fp16 weights (half the size of fp32), checksummed in checkpoint.json
