@@ -139,6 +139,20 @@ def test_note_length_limit_defaults_to_the_training_data(run, store, tmp_path):
     assert cadenza.generate(run, max_tokens=10, max_note_seconds=1.5).run["max_note_seconds"] == 1.5
 
 
+def test_polyphony_cap_defaults_to_the_training_data(run, store):
+    from cadenza.data.statistics import onset_polyphony, polyphony_stats
+    from cadenza.models import checkpoint as ckpt
+
+    cap = ckpt.read_meta(ckpt.latest_checkpoint(run))["polyphony"]["all"]
+    assert cap == polyphony_stats(store)["all"] >= 1
+    g = cadenza.generate(run, num_samples=2, max_tokens=200)
+    assert g.run["max_polyphony"] == cap
+    assert all(onset_polyphony(store.tokenizer.to_notes(ids)).max(initial=0) <= cap for ids in g.ids)
+    two = cadenza.generate(run, num_samples=2, max_tokens=200, max_polyphony=2)
+    assert all(onset_polyphony(store.tokenizer.to_notes(ids)).max(initial=0) <= 2 for ids in two.ids)
+    assert cadenza.generate(run, max_tokens=10, max_polyphony=0).run["max_polyphony"] is None
+
+
 def test_corpus_specs_label_pieces_and_keep_their_origin(fake_corpus, tmp_path):
     # 2 of the corpus's 3 scores, spread over it: the first (broken.abc) and the last (the 2nd tune)
     res = cadenza.prepare(corpus="fake:2", out=tmp_path / "store", workers=1, progress=False)

@@ -99,7 +99,10 @@ def main(argv=None) -> int:
 
     extra = {"classifier.json": classifier_card(store, a.guidance), "pieces.json": pieces_card(store),
              "data.json": {**style_data(store), "machine": machine(a.run, ckpt.resolve(a.run))}}
-    dest = export(a.run, shipped_root() / a.name, extra_files=extra)
+    from cadenza.data.statistics import polyphony_stats
+
+    # what sampling defaults come from (a run begun before cadenza recorded it lacks it)
+    dest = export(a.run, shipped_root() / a.name, extra_files=extra, meta={"polyphony": polyphony_stats(store)})
     size = sum(f.stat().st_size for f in dest.iterdir()) / 1e6
     print(f"shipped {a.name}: {dest.relative_to(ROOT)} ({size:.1f} MB)")
     return 0

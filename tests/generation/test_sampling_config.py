@@ -25,7 +25,7 @@ BAD = [
     ("temperature", 0.0, "--temperature", "must be in (0, 100], got 0.0"),
     ("temperature", -1.0, "--temperature", "must be in (0, 100], got -1.0"),
     ("batch_size", 0, "--batch-size", "must be in [1, 1024], got 0"),
-    ("max_polyphony", 0, "--max-polyphony", "must be in [1, 128], got 0"),
+    ("max_polyphony", -1, "--max-polyphony", "must be in [0, 128], got -1"),
     ("max_note_seconds", -1.0, "--max-note-seconds", "must be >= 0, got -1.0"),
     ("seed", -1, "--seed", "must be in [0, 4294967296), got -1"),
 ]

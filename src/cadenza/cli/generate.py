@@ -35,7 +35,9 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int)
     p.add_argument("--top-p", type=float)
     p.add_argument("--seed", type=int, help="default 0")
-    p.add_argument("--max-polyphony", type=int, help="at most this many notes sounding at once")
+    p.add_argument("--max-polyphony", type=int,
+                   help="at most this many notes sounding at once (default: the 99th percentile of the "
+                        "style's training data, as the checkpoint records it; 0: no limit)")
     p.add_argument("--max-note-seconds", type=float,
                    help="release any note that has sounded this long (default: the 99.9th percentile of note "
                         "lengths in the training data, so no stuck notes from a young model; 0: no limit)")

@@ -30,7 +30,8 @@ class SamplingConfig:
     primer: str | None = setting(None, doc="a MIDI file to continue")
     primer_seconds: float | None = setting(None, gt=0, doc="use only the primer's first S seconds")
     constrained: bool = setting(True, doc="grammar-constrained decoding: every note that starts, ends")
-    max_polyphony: int | None = setting(None, ge=1, le=128, doc="at most this many notes sounding at once")
+    max_polyphony: int | None = setting(None, ge=0, le=128, doc="at most this many notes sounding at once "
+                                        "(default: the 99th percentile of the style's training data; 0: no limit)")
     max_note_seconds: float | None = setting(None, ge=0, doc="release any note held this long (default: the "
                                              "99.9th percentile of note lengths in the training data; 0: no limit)")
     stop_at_eos: bool = setting(True, doc="a piece may end before its length (False: every sample runs to it)")

@@ -87,8 +87,8 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
     prompt = tok.style_prefix(cfg.style) + [tok.bos_id] + primer
     dev = next(model.parameters()).device
     t0 = time.time()
-    limit = note_limit(cfg, meta)
-    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit, on_tokens)
+    limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
+    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens)
     elapsed = time.time() - t0
     scores, stats = [], []
     head = len(prompt) - len(primer)  # the style token and BOS: not music
@@ -99,13 +99,14 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
         stats.append({"tokens": len(ids), "primer_tokens": len(primer), "notes": score.note_num(),
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
-           "device": str(dev), "max_note_seconds": limit, "generation_seconds": elapsed,
+           "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap,
+           "generation_seconds": elapsed,
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
     return Generation(scores, all_ids, stats, cfg, run=run)
 
 
 def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
-            max_note_seconds: float | None, on_tokens=None) -> list[list[int]]:
+            max_note_seconds: float | None, max_polyphony: int | None, on_tokens=None) -> list[list[int]]:
     """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
     (`seed`, i), so it is the same whatever the batch size or number of samples."""
     from tqdm import tqdm
@@ -122,7 +123,7 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
                   mininterval=0.1 if sys.stderr.isatty() else 30) as bar:
             out += generate_ids(model, p, budget, tok, temperature=cfg.temperature, top_k=cfg.top_k,
                                 top_p=cfg.top_p, seeds=sample_seeds(cfg.seed, start, b), constrained=cfg.constrained,
-                                max_polyphony=cfg.max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
+                                max_polyphony=max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
                                 stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
                                 guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens))
     return out
@@ -144,6 +145,17 @@ def note_limit(cfg: SamplingConfig, meta: dict) -> float | None:
     if cfg.max_note_seconds is not None:
         return cfg.max_note_seconds or None
     return (meta.get("note_seconds") or {}).get("p999")
+
+
+def polyphony_limit(cfg: SamplingConfig, meta: dict) -> int | None:
+    """The most notes that may sound at once: the setting, else the 99th percentile of onset
+    polyphony in the training data of the requested style (of all of it without a style), as the
+    checkpoint carries it (`cadenza.data.statistics`); 0 means no limit."""
+    if cfg.max_polyphony is not None:
+        return cfg.max_polyphony or None
+    stats = meta.get("polyphony") or {}
+    by_style = stats.get("styles") or {}
+    return by_style.get(cfg.style) if cfg.style in by_style else stats.get("all")
 
 
 def _write(result: Generation, out: Path, render: bool) -> None:

@@ -48,10 +48,12 @@ def resolve_model(name_or_path: str | os.PathLike) -> Path:
 
 
 def export(checkpoint: str | os.PathLike, dest: str | os.PathLike, fp16: bool = True,
-           extra_files: dict[str, dict] | None = None) -> Path:
+           extra_files: dict[str, dict] | None = None, meta: dict | None = None) -> Path:
     """A checkpoint as a self-contained model folder: weights (fp16 by default, half the size),
     ``checkpoint.json`` with their checksum, and the run's ``run.json`` and ``metrics.jsonl``;
-    `extra_files` are JSON documents written beside them (e.g. the style classifier)."""
+    `extra_files` are JSON documents written beside them (e.g. the style classifier), `meta` entries
+    added to ``checkpoint.json`` (e.g. data statistics a run made by an older cadenza lacks)."""
+    extra_meta = meta or {}
     import shutil
 
     from safetensors.torch import save_model
@@ -62,7 +64,7 @@ def export(checkpoint: str | os.PathLike, dest: str | os.PathLike, fp16: bool = 
     step_dir = ckpt.resolve(checkpoint)
     model, meta = ckpt.load_model(step_dir)
     run_dir = step_dir.parent.parent
-    meta = {k: v for k, v in meta.items() if k not in ("files", "path")}
+    meta = {**{k: v for k, v in meta.items() if k not in ("files", "path")}, **extra_meta}
     with atomic_dir(dest) as tmp:
         save_model(model.half() if fp16 else model, str(tmp / "model.safetensors"))
         for name in ("run.json", "metrics.jsonl"):

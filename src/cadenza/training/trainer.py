@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from cadenza.atomic import output_folder, remove_leftovers
+from cadenza.data.statistics import polyphony_stats
 from cadenza.env.device import DistInfo, autocast, cleanup_distributed, setup_distributed
 from cadenza.env.record import command_line
 from cadenza.evaluation.nll import window_loss
@@ -121,7 +122,7 @@ def _saved_data_path(out: Path) -> str:
 def _run_meta(s: Session, data, command: str | None) -> dict[str, Any]:
     return {"command": command or command_line(), "data": str(data), "data_fingerprint": s.store.fingerprint,
             "tokenizer": s.tok.to_dict(), "note_seconds": s.store.manifest.get("note_seconds"),
-            "init": s.cfg.train.init,
+            "polyphony": polyphony_stats(s.store), "init": s.cfg.train.init,
             "environment": _environment(),
             "parameters": count_parameters(s.raw), "precision": s.precision, "device": str(s.device),
             "world_size": s.dist.world_size}
