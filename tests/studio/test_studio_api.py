@@ -167,3 +167,17 @@ def test_history_survives_a_restart(studio_runs, tmp_path):
     with TestClient(create_app(tmp_path / "data", studio_runs)) as c:  # a new server on the same folder
         assert [j["id"] for j in c.get("/api/history").json()] == [job["id"]]
         assert c.get(f"/api/jobs/{job['id']}/0/midi").status_code == 200
+
+
+def test_the_shipped_model_plays_every_style_in_the_studio(client):
+    from cadenza.models import zoo
+
+    shipped = next((m for m in client.get("/api/models").json() if m["kind"] == "shipped"), None)
+    assert shipped and shipped["id"] == zoo.DEFAULT, "the package ships no style model (tools/ship_model.py)"
+    for style in shipped["styles"]:
+        r = client.post("/api/jobs", json={"model": shipped["id"],
+                                           "settings": {"style": style, "seconds": 3, "seed": 2, "stop_at_eos": False}})
+        assert r.status_code == 202, r.text
+        assert events(client, r.json()["id"])[-1]["event"] == "done", style
+        result = client.get(f"/api/jobs/{r.json()['id']}").json()["result"]
+        assert result["variations"][0]["notes"] >= 3, f"{style}: {result['variations'][0]['notes']} notes in 3 s"
