@@ -22,7 +22,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def keep(run: Path, results: Path = RESULTS) -> Path:
     bench = run / "bench.json"
     if not bench.exists():
-        raise SystemExit(f"{run}: no bench.json (the run has not finished; resume it with --resume)")
+        raise SystemExit(f"{run}: no bench.json (the run has not finished: score its best checkpoint "
+                         "with `cadenza bench TASK --evaluate RUN`)")
     r = json.loads(bench.read_text())
     config = run / "config.json"
     if config.exists():
