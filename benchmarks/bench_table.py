@@ -235,7 +235,8 @@ def runs_table() -> list[str]:
             out.append(f"| {LABELS[key]} | {r['test']:.3f} | {r['valid']:.3f} | {model}"
                        f" | {r['seed']} | {r['step']} ({r.get('steps', '?')}) | {r.get('train_minutes', 0):.0f} min | "
                        f"{cpu(r)} | `{r['command']}` | [{path.name}]({'../' + rel(path)}) |")
-    return out
+    notes = [f"{r['run']}: {r['note']}." for files in runs.values() for _, r in files if r.get("note")]
+    return out + (["", *notes] if notes else [])
 
 
 TABLES = {"tokenize": tokenize_table, "train": train_table, "train-memory": memory_table,

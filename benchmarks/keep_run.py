@@ -21,10 +21,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def keep(run: Path, results: Path = RESULTS) -> Path:
     bench = run / "bench.json"
-    if not bench.exists():
+    if bench.exists():
+        r = json.loads(bench.read_text())
+    elif (run / "bench-evaluate.json").exists():
+        r = interrupted(run)
+    else:
         raise SystemExit(f"{run}: no bench.json (the run has not finished: score its best checkpoint "
                          "with `cadenza bench TASK --evaluate RUN`)")
-    r = json.loads(bench.read_text())
     config = run / "config.json"
     if config.exists():
         r["config"] = json.loads(config.read_text())
@@ -37,6 +40,26 @@ def keep(run: Path, results: Path = RESULTS) -> Path:
     tmp.write_text(json.dumps(r, indent=1) + "\n")
     tmp.replace(out)
     return out
+
+
+def interrupted(run: Path) -> dict:
+    """A run stopped before its last step (a machine reset) and then scored with `--evaluate`: its
+    bench-evaluate.json, with the training command and what happened said in the record."""
+    r = json.loads((run / "bench-evaluate.json").read_text())
+    r["evaluate_command"] = r["command"]
+    r["command"] = json.loads((run / "run.json").read_text())["command"].replace(" --quiet", "")
+    last = 0
+    with open(run / "metrics.jsonl") as f:
+        for line in f:
+            last = max(last, json.loads(line).get("step", 0))
+    config = json.loads((run / "config.json").read_text())
+    r["steps"] = config["train"]["max_steps"]
+    step_dir = run / "checkpoints" / Path(r["checkpoint"]).name
+    # from the run's own files: config.json is written at the start, the checkpoint at its step
+    r["train_minutes"] = ((step_dir / "checkpoint.json").stat().st_mtime - (run / "config.json").stat().st_mtime) / 60
+    r["note"] = (f"stopped at step {last} of {r['steps']} (the machine was reset); the best checkpoint by "
+                 f"validation, step {r['step']}, scored with --evaluate")
+    return r
 
 
 def main(argv=None) -> int:
