@@ -54,7 +54,8 @@ def cpu(r: dict) -> str:
     c = r.get("cpu", {})
     isa = [f for f in c.get("isa", []) if f.startswith(("avx", "amx"))]
     threads = r.get("torch_threads", r.get("torch_threads_per_job"))
-    return f"{c.get('model', '?')}, {c.get('cores', '?')} cores ({', '.join(isa) or 'no AVX'}), {threads} torch threads"
+    plural = "" if threads == 1 else "s"
+    return f"{c.get('model', '?')}, {c.get('cores', '?')} cores ({', '.join(isa) or 'no AVX'}), {threads} torch thread{plural}"
 
 
 def provenance(path: Path, r: dict) -> str:
@@ -235,7 +236,7 @@ def runs_table() -> list[str]:
             out.append(f"| {LABELS[key]} | {r['test']:.3f} | {r['valid']:.3f} | {model}"
                        f" | {r['seed']} | {r['step']} ({r.get('steps', '?')}) | {r.get('train_minutes', 0):.0f} min | "
                        f"{cpu(r)} | `{r['command']}` | [{path.name}]({'../' + rel(path)}) |")
-    notes = [f"{r['run']}: {r['note']}." for files in runs.values() for _, r in files if r.get("note")]
+    notes = [f"* {r['run']}: {r['note']}." for files in runs.values() for _, r in files if r.get("note")]
     return out + (["", *notes] if notes else [])
 
 
