@@ -54,8 +54,8 @@ def cpu(r: dict) -> str:
     c = r.get("cpu", {})
     isa = [f for f in c.get("isa", []) if f.startswith(("avx", "amx"))]
     threads = r.get("torch_threads", r.get("torch_threads_per_job"))
-    plural = "" if threads == 1 else "s"
-    return f"{c.get('model', '?')}, {c.get('cores', '?')} cores ({', '.join(isa) or 'no AVX'}), {threads} torch thread{plural}"
+    threads = f"{threads} torch thread" + ("" if threads == 1 else "s")
+    return f"{c.get('model', '?')}, {c.get('cores', '?')} cores ({', '.join(isa) or 'no AVX'}), {threads}"
 
 
 def provenance(path: Path, r: dict) -> str:
