@@ -46,6 +46,12 @@ def load(sub: str) -> list[tuple[Path, dict]]:
     return [(p, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
+def newest(sub: str) -> tuple[Path, dict] | None:
+    """The last result file of a speed benchmark (sorted by name), or None."""
+    files = load(sub)
+    return files[-1] if files else None
+
+
 def rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
@@ -92,10 +98,9 @@ def tokenize_table() -> list[str]:
 
 
 def train_table() -> list[str]:
-    files = load("train")
-    if not files:
+    if (found := newest("train")) is None:
         return missing("benchmarks/results/train/")
-    path, r = files[-1]
+    path, r = found
     out = ["| precision | model | tokens/s | vs HF | MFU |", "|---|---|---:|---:|---:|"]
     hf = {row["precision"]: row["tokens_per_s"] for row in r["rows"] if row["model"].startswith("HF")}
     for row in r["rows"]:
@@ -136,10 +141,9 @@ def memory_table() -> list[str]:
 
 
 def generate_table() -> list[str]:
-    files = load("generate")
-    if not files:
+    if (found := newest("generate")) is None:
         return missing("benchmarks/results/generate/")
-    path, r = files[-1]
+    path, r = found
     batches = [str(b) for b in r["batches"]]
     out = ["| generator | " + " | ".join(f"batch {b} tok/s | vs HF" for b in batches) + " |",
            "|---|" + "---:|---:|" * len(batches)]
@@ -156,10 +160,9 @@ def generate_table() -> list[str]:
 
 
 def serve_table() -> list[str]:
-    files = load("serve")
-    if not files:
+    if (found := newest("serve")) is None:
         return missing("benchmarks/results/serve/")
-    path, r = files[-1]
+    path, r = found
     s, c = r["solo"], r["crowd"]
     rss = c["rss_mb_before_and_after_each_round"]
     out = ["| measure | value |", "|---|---:|",

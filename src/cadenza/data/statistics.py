@@ -48,5 +48,5 @@ def polyphony_stats(store, split: str = "train", percentile: float = 99.0) -> di
     overall = q([a for arrays in counts.values() for a in arrays])
     if overall is None:
         return None
-    styles = {s: q(a) for s, a in counts.items() if s is not None and q(a) is not None}
+    styles = {s: v for s, a in counts.items() if s is not None and (v := q(a)) is not None}
     return {"percentile": percentile, "all": overall, "styles": styles}
