@@ -120,7 +120,8 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
             "latency_p95": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
             "first_note_p50": firsts[len(firsts) // 2] if firsts else None,
             "first_note_p95": firsts[min(len(firsts) - 1, int(0.95 * len(firsts)))] if firsts else None,
-            "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory}
+            "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory,
+            "rss_growth_after_first_round_mb": memory[-1] - memory[1]}
 
 
 def main(argv=None) -> int:
@@ -158,7 +159,8 @@ def main(argv=None) -> int:
     print(f"{many['jobs']} jobs from {a.clients} clients: p50 {many['latency_p50']:.2f} s, p95 "
           f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
           f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; "
-          f"RSS MB {[round(m) for m in many['rss_mb_before_and_after_each_round']]}")
+          f"RSS MB {[round(m, 1) for m in many['rss_mb_before_and_after_each_round']]} "
+          f"({many['rss_growth_after_first_round_mb']:+.1f} MB after the first round)")
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")

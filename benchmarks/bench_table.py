@@ -173,7 +173,9 @@ def serve_table() -> list[str]:
            f"{c['latency_p95']:.2f} s |",
            f"| throughput | {c['jobs_per_s']:.2f} jobs/s |",
            f"| errors | {c['errors']} |",
-           f"| server RSS before and after each round | {' / '.join(f'{x:,.0f}' for x in rss)} MB |"]
+           f"| server RSS before and after each round | {' / '.join(f'{x:,.1f}' for x in rss)} MB |"]
+    if "rss_growth_after_first_round_mb" in c:
+        out.append(f"| RSS growth after the first round | {c['rss_growth_after_first_round_mb']:+.1f} MB |")
     return out + ["", f"Model `{r['model']}`, {r['seconds_per_job']:g} s of music per job.", "", provenance(path, r)]
 
 

@@ -259,8 +259,9 @@ async def _stream(job: Job, jobs: JobQueue, request: Request, after: int):
         while True:
             while sent < len(job.events):
                 event = job.events[sent]
-                yield f"id: {sent + 1}\nevent: {event['event']}\ndata: {json.dumps(event)}\n\n"
                 sent += 1
+                if event is not None:  # None: a notes event that a newer one of its variation replaced
+                    yield f"id: {sent}\nevent: {event[0]}\ndata: {event[1]}\n\n"
             if job.status in FINISHED and sent >= len(job.events):
                 finished = True
                 return

@@ -4,10 +4,18 @@ A job moves queued -> running -> done | failed | cancelled. Everything that happ
 event appended to `job.events` (a progress step, new notes, the result); a client streams them from
 any index, so a late listener still gets the whole story. Cancelling sets a flag the running job
 checks after every token, so a cancelled job frees its worker within one step.
+
+Memory stays flat however many jobs a server runs: an event is kept as its JSON text (encoded once,
+for every listener), a `notes` event replaces the previous one of its variation (each carries all
+the notes so far), only the newest finished jobs stay in memory (all of them stay on disk), and
+after each job the C heap hands the job's freed buffers (audio, KV cache) back to the system.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import json
 import queue
 import threading
 import time
@@ -38,13 +46,20 @@ class Job:
     finished: float | None = None
     error: str | None = None
     result: dict[str, Any] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, str] | None] = field(default_factory=list)  # (kind, JSON); None: superseded
     cancel_requested: threading.Event = field(default_factory=threading.Event)
-    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _latest_notes: dict[int, int] = field(default_factory=dict, repr=False)  # variation -> index in events
 
     def emit(self, kind: str, **data: Any) -> None:
+        text = json.dumps({"event": kind, "t": round(time.time() - self.created, 3), **data})
         with self._changed:
-            self.events.append({"event": kind, "t": round(time.time() - self.created, 3), **data})
+            if kind == "notes":  # the newest notes event of a variation holds all its notes so far
+                before = self._latest_notes.get(data["variation"])
+                if before is not None:
+                    self.events[before] = None
+                self._latest_notes[data["variation"]] = len(self.events)
+            self.events.append((kind, text))
             self._changed.notify_all()
 
     def wait(self, after: int, timeout: float) -> None:
@@ -63,10 +78,12 @@ class Job:
 
 
 class JobQueue:
-    """`max_queued` jobs may wait; `max_running` run at once, each in a worker thread."""
+    """`max_queued` jobs may wait; `max_running` run at once, each in a worker thread; the newest
+    `keep_finished` finished jobs stay in memory (a few KB each) for their status and events."""
 
-    def __init__(self, run: Callable[[Job], dict], max_queued: int = 32, max_running: int = 2):
-        self._run, self.max_queued = run, max_queued
+    def __init__(self, run: Callable[[Job], dict], max_queued: int = 32, max_running: int = 2,
+                 keep_finished: int = 200):
+        self._run, self.max_queued, self.keep_finished = run, max_queued, keep_finished
         self._waiting: queue.Queue[Job] = queue.Queue()
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
@@ -115,14 +132,34 @@ class JobQueue:
             except Exception as e:  # a job's failure is reported to its client, never kills the server
                 job.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self._finish(job, "failed")
+            _trim_heap()
 
     def _finish(self, job: Job, status: str) -> None:
         job.status, job.finished = status, time.time()
         extra = {"result": job.result} if job.result else {"error": job.error} if job.error else {}
         job.emit(status, **extra)
 
-    def _forget_old(self, keep: int = 500) -> None:
+    def _forget_old(self) -> None:
         """Finished jobs stay in memory for a while (their files stay on disk, in the history)."""
         done = [j for j in self._jobs.values() if j.status in FINISHED]
-        for j in sorted(done, key=lambda j: j.created)[:max(0, len(done) - keep)]:
+        for j in sorted(done, key=lambda j: j.created)[:max(0, len(done) - self.keep_finished)]:
             del self._jobs[j.id]
+
+
+def _load_malloc_trim():
+    """glibc's malloc_trim, or None elsewhere (musl, macOS, Windows)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _trim_heap() -> None:
+    """Give freed heap memory back to the system. glibc keeps a freed multi-megabyte buffer (a job's
+    audio, its KV cache) in the process for reuse, so a server's resident memory would creep up with
+    every job of a new size though nothing is alive; trimming after a job keeps it at what is."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
