@@ -167,6 +167,23 @@ def test_history_survives_a_restart(studio_runs, tmp_path):
     with TestClient(create_app(tmp_path / "data", studio_runs)) as c:  # a new server on the same folder
         assert [j["id"] for j in c.get("/api/history").json()] == [job["id"]]
         assert c.get(f"/api/jobs/{job['id']}/0/midi").status_code == 200
+        assert c.get(f"/api/jobs/{job['id']}").json()["status"] == "done"  # read from its folder
+
+
+def test_finished_jobs_leave_memory_but_stay_reachable(studio_runs, tmp_path):
+    """The server keeps only the newest finished jobs in memory; an older one is answered from disk."""
+    app = create_app(tmp_path / "data", studio_runs, Limits(max_running=1, keep_finished=1))
+    with TestClient(app) as c:
+        first, second = start(c), start(c)
+        assert events(c, first["id"])[-1]["event"] == "done" and events(c, second["id"])[-1]["event"] == "done"
+        start(c)  # submitting drops the records of all but the newest finished job
+        with pytest.raises(KeyError):
+            app.state.jobs.get(first["id"])
+        old = c.get(f"/api/jobs/{first['id']}").json()
+        assert old["status"] == "done" and old["result"]["id"] == first["id"] and len(old["result"]["variations"]) == 1
+        assert [e["event"] for e in events(c, first["id"])] == ["done"]
+        assert c.delete(f"/api/jobs/{first['id']}").json()["status"] == "done"  # nothing left to cancel
+        assert c.get("/api/jobs/0123456789ab").status_code == 404
 
 
 def test_the_shipped_model_plays_every_style_in_the_studio(client):

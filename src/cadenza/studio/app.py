@@ -25,7 +25,7 @@ from cadenza.generation.config import SamplingConfig
 from cadenza.settings import SettingError, describe_range
 from cadenza.studio.jobs import FINISHED, Job, JobQueue, QueueFull
 from cadenza.studio.registry import Registry, UnknownModel
-from cadenza.studio.runner import Runner, history, notes_json, stored_notes
+from cadenza.studio.runner import Runner, finished_job, history, notes_json, stored_notes
 
 
 @dataclass
@@ -36,6 +36,7 @@ class Limits:
     max_variations: int = 4
     max_seconds: float = 120.0
     max_tokens: int = 8000  # per variation
+    keep_finished: int = 16  # finished jobs kept in memory for late listeners; older ones are read from disk
 
 
 class PrimerFromJob(BaseModel):
@@ -58,7 +59,7 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     data = Path(data)
     (data / "uploads").mkdir(parents=True, exist_ok=True)
     registry = Registry(runs, device=device)
-    jobs = JobQueue(Runner(registry, data), limits.max_queued, limits.max_running)
+    jobs = JobQueue(Runner(registry, data), limits.max_queued, limits.max_running, limits.keep_finished)
     app = FastAPI(title="cadenza studio", description="Generate, hear, see and continue music (docs/studio.md).")
     app.state.jobs, app.state.registry, app.state.limits, app.state.data = jobs, registry, limits, data
     static = Path(str(resources.files("cadenza.studio") / "static"))
@@ -135,17 +136,19 @@ def _job_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
 
     @app.get("/api/jobs/{job_id}", summary="A job's status and, when done, its result")
     def status(job_id: str) -> dict:
-        return _job(jobs, job_id).public()
+        job = _job(jobs, data, job_id)
+        return job if isinstance(job, dict) else job.public()
 
     @app.delete("/api/jobs/{job_id}", summary="Cancel a job (its worker is freed within a token)")
     def cancel(job_id: str) -> dict:
-        _job(jobs, job_id)
-        return jobs.cancel(job_id).public()
+        job = _job(jobs, data, job_id)
+        return job if isinstance(job, dict) else jobs.cancel(job_id).public()
 
     @app.get("/api/jobs/{job_id}/events", summary="Server-sent events: queued, started, notes, done, ...")
     async def events(job_id: str, request: Request, after: int = 0) -> StreamingResponse:
-        job = _job(jobs, job_id)
-        return StreamingResponse(_stream(job, jobs, request, after), media_type="text/event-stream",
+        job = _job(jobs, data, job_id)
+        stream = _stream(job, jobs, request, after) if isinstance(job, Job) else _stored_done(job, after)
+        return StreamingResponse(stream, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/api/history", summary="Finished generations kept in the server's data folder, newest first")
@@ -196,11 +199,15 @@ def _png(midi: Path) -> bytes:
     return png.read_bytes()
 
 
-def _job(jobs: JobQueue, job_id: str) -> Job:
+def _job(jobs: JobQueue, data: Path, job_id: str) -> Job | dict:
+    """The job in memory, or a finished one from its folder (as `Job.public()` shows it)."""
     try:
         return jobs.get(job_id)
     except KeyError:
-        raise HTTPException(404, f"no job {job_id!r}") from None
+        found = finished_job(data, job_id) if _ID.match(job_id) else None
+        if found is None:
+            raise HTTPException(404, f"no job {job_id!r}") from None
+        return found
 
 
 def _checked_settings(settings: dict, styles: list[str], limits: Limits) -> dict:
@@ -249,6 +256,12 @@ def _primer(req: JobRequest, data: Path) -> dict | None:
         raise HTTPException(422, [{"loc": ["body", "primer_seconds"], "type": "value_error",
                                    "msg": f"primer_seconds must be > 0, got {req.primer_seconds}"}])
     return {"path": path, "seconds": req.primer_seconds, "name": name, "end": end}
+
+
+async def _stored_done(job: dict, after: int):
+    """The event stream of a finished job the server no longer keeps in memory: its result."""
+    if after < 1:
+        yield f"id: 1\nevent: done\ndata: {json.dumps({'event': 'done', 'result': job['result']})}\n\n"
 
 
 async def _stream(job: Job, jobs: JobQueue, request: Request, after: int):

@@ -82,7 +82,7 @@ class JobQueue:
     `keep_finished` finished jobs stay in memory (a few KB each) for their status and events."""
 
     def __init__(self, run: Callable[[Job], dict], max_queued: int = 32, max_running: int = 2,
-                 keep_finished: int = 200):
+                 keep_finished: int = 16):
         self._run, self.max_queued, self.keep_finished = run, max_queued, keep_finished
         self._waiting: queue.Queue[Job] = queue.Queue()
         self._jobs: dict[str, Job] = {}

@@ -87,7 +87,7 @@ class Runner:
             primer_info = {"seconds": job.primer.get("seconds"), "name": job.primer.get("name"),
                            "end": job.primer.get("end")} if job.primer else None
             summary = {"id": job.id, "model": job.model, "settings": job.settings, "created": job.created,
-                       "primer": primer_info, "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
+                       "finished": time.time(), "primer": primer_info, "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
             write_json(tmp / "job.json", summary)
         return _without_notes(summary)
 
@@ -106,6 +106,19 @@ def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
             continue
         jobs.append(_without_notes(j))
     return sorted(jobs, key=lambda j: -j["created"])[:limit]
+
+
+def finished_job(data: Path, job_id: str) -> dict[str, Any] | None:
+    """A finished job as `GET /api/jobs/{id}` shows it, from its folder: how the server answers for a
+    job it no longer keeps in memory (or ran before a restart). None if there is none."""
+    f = data / "jobs" / job_id / "job.json"
+    try:
+        summary = _without_notes(json.loads(f.read_text()))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return {"id": job_id, "model": summary["model"], "settings": summary["settings"], "status": "done",
+            "created": summary["created"], "started": None, "finished": summary.get("finished"), "error": None,
+            "result": summary, "events": 0}
 
 
 def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
