@@ -152,7 +152,8 @@ def main(argv=None) -> int:
             server.wait(timeout=30)
     result = {"model": a.model, "clients": a.clients, "rounds": a.rounds, "seconds_per_job": a.seconds,
               "server_start_seconds": server.start_seconds, "solo": one, "crowd": many,
-              "load_average_at_start": load_before, "cpu": cpu_info(), "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
+              "load_average_at_start": load_before, "cpu": cpu_info(),
+              "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
               "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
               "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
     print(f"server start {server.start_seconds:.1f} s; batch 1: {one['realtime_factor_median']:.1f}x real time, "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import uuid
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -25,7 +24,7 @@ from cadenza.generation.config import SamplingConfig
 from cadenza.settings import SettingError, describe_range
 from cadenza.studio.jobs import FINISHED, Job, JobQueue, QueueFull
 from cadenza.studio.registry import Registry, UnknownModel
-from cadenza.studio.runner import Runner, finished_job, history, notes_json, stored_notes
+from cadenza.studio.runner import SERVER_ID, Runner, history, notes_json, stored_job, stored_notes, stored_summary
 
 
 @dataclass
@@ -49,9 +48,6 @@ class JobRequest(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict, description="SamplingConfig fields (GET /api/settings)")
     primer: str | PrimerFromJob | None = Field(None, description="an upload id, or a previous job's variation")
     primer_seconds: float | None = Field(None, description="continue from this point of the primer")
-
-
-_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 def create_app(data: Path, runs: Path | None = None, limits: Limits | None = None, device: str = "cpu") -> FastAPI:
@@ -136,19 +132,19 @@ def _job_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
 
     @app.get("/api/jobs/{job_id}", summary="A job's status and, when done, its result")
     def status(job_id: str) -> dict:
-        job = _job(jobs, data, job_id)
-        return job if isinstance(job, dict) else job.public()
+        return _job(jobs, data, job_id).public()
 
     @app.delete("/api/jobs/{job_id}", summary="Cancel a job (its worker is freed within a token)")
     def cancel(job_id: str) -> dict:
         job = _job(jobs, data, job_id)
-        return job if isinstance(job, dict) else jobs.cancel(job_id).public()
+        if job.status not in FINISHED:
+            jobs.cancel(job_id)
+        return job.public()
 
     @app.get("/api/jobs/{job_id}/events", summary="Server-sent events: queued, started, notes, done, ...")
     async def events(job_id: str, request: Request, after: int = 0) -> StreamingResponse:
         job = _job(jobs, data, job_id)
-        stream = _stream(job, jobs, request, after) if isinstance(job, Job) else _stored_done(job, after)
-        return StreamingResponse(stream, media_type="text/event-stream",
+        return StreamingResponse(_stream(job, jobs, request, after), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/api/history", summary="Finished generations kept in the server's data folder, newest first")
@@ -162,10 +158,9 @@ def _file_routes(app: FastAPI, data: Path) -> None:
     kinds = {"midi": ("mid", "audio/midi"), "wav": ("wav", "audio/wav")}
 
     def folder(job_id: str) -> Path:
-        known = {j["id"]: data / "jobs" / j["id"] for j in history(data, limit=10_000)}
-        if not _ID.match(job_id) or job_id not in known:
+        if stored_summary(data, job_id) is None:  # also refuses any id not of the server's form
             raise HTTPException(404, f"no finished job {job_id!r}")
-        return known[job_id]
+        return data / "jobs" / job_id
 
     @app.get("/api/jobs/{job_id}/{variation}/{kind}", summary="A variation's midi, wav, png, score (SVG) or notes")
     def result_file(job_id: str, variation: int, kind: str) -> Response:
@@ -199,15 +194,14 @@ def _png(midi: Path) -> bytes:
     return png.read_bytes()
 
 
-def _job(jobs: JobQueue, data: Path, job_id: str) -> Job | dict:
-    """The job in memory, or a finished one from its folder (as `Job.public()` shows it)."""
+def _job(jobs: JobQueue, data: Path, job_id: str) -> Job:
+    """The job in memory, or a finished one rebuilt from its folder."""
     try:
         return jobs.get(job_id)
     except KeyError:
-        found = finished_job(data, job_id) if _ID.match(job_id) else None
-        if found is None:
+        if (job := stored_job(data, job_id)) is None:
             raise HTTPException(404, f"no job {job_id!r}") from None
-        return found
+        return job
 
 
 def _checked_settings(settings: dict, styles: list[str], limits: Limits) -> dict:
@@ -240,14 +234,13 @@ def _primer(req: JobRequest, data: Path) -> dict | None:
     if req.primer is None:
         return None
     if isinstance(req.primer, str):
-        if not _ID.match(req.primer) or not (data / "uploads" / f"{req.primer}.mid").is_file():
+        if not SERVER_ID.match(req.primer) or not (data / "uploads" / f"{req.primer}.mid").is_file():
             raise HTTPException(404, f"no upload {req.primer!r}; POST /api/uploads first")
         path = data / "uploads" / f"{req.primer}.mid"
         info = json.loads(path.with_suffix(".json").read_text())
         name, end = info["name"], info["seconds"]
     else:
-        known = {j["id"]: j for j in history(data, limit=10_000)}
-        job = known.get(req.primer.job) if _ID.match(req.primer.job) else None
+        job = stored_summary(data, req.primer.job)
         path = data / "jobs" / req.primer.job / f"sample-{req.primer.variation}.mid" if job else None
         if path is None or not path.is_file():
             raise HTTPException(404, f"no finished job {req.primer.job!r} with variation {req.primer.variation}")
@@ -256,12 +249,6 @@ def _primer(req: JobRequest, data: Path) -> dict | None:
         raise HTTPException(422, [{"loc": ["body", "primer_seconds"], "type": "value_error",
                                    "msg": f"primer_seconds must be > 0, got {req.primer_seconds}"}])
     return {"path": path, "seconds": req.primer_seconds, "name": name, "end": end}
-
-
-async def _stored_done(job: dict, after: int):
-    """The event stream of a finished job the server no longer keeps in memory: its result."""
-    if after < 1:
-        yield f"id: 1\nevent: done\ndata: {json.dumps({'event': 'done', 'result': job['result']})}\n\n"
 
 
 async def _stream(job: Job, jobs: JobQueue, request: Request, after: int):

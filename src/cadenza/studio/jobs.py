@@ -5,7 +5,7 @@ event appended to `job.events` (a progress step, new notes, the result); a clien
 any index, so a late listener still gets the whole story. Cancelling sets a flag the running job
 checks after every token, so a cancelled job frees its worker within one step.
 
-Memory stays flat however many jobs a server runs: an event is kept as its JSON text (encoded once,
+What a job keeps in memory stays small and bounded: an event is kept as its JSON text (encoded once,
 for every listener), a `notes` event replaces the previous one of its variation (each carries all
 the notes so far), only the newest finished jobs stay in memory (all of them stay on disk), and
 after each job the C heap hands the job's freed buffers (audio, KV cache) back to the system.

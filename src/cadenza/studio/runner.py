@@ -9,6 +9,7 @@ folder, named by the server: it is the history a reloaded page lists again.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +88,8 @@ class Runner:
             primer_info = {"seconds": job.primer.get("seconds"), "name": job.primer.get("name"),
                            "end": job.primer.get("end")} if job.primer else None
             summary = {"id": job.id, "model": job.model, "settings": job.settings, "created": job.created,
-                       "finished": time.time(), "primer": primer_info, "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
+                       "finished": time.time(), "primer": primer_info, "tokens_per_s": gen.run["tokens_per_s"],
+                       "variations": variations}
             write_json(tmp / "job.json", summary)
         return _without_notes(summary)
 
@@ -108,17 +110,30 @@ def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: -j["created"])[:limit]
 
 
-def finished_job(data: Path, job_id: str) -> dict[str, Any] | None:
-    """A finished job as `GET /api/jobs/{id}` shows it, from its folder: how the server answers for a
-    job it no longer keeps in memory (or ran before a restart). None if there is none."""
-    f = data / "jobs" / job_id / "job.json"
+SERVER_ID = re.compile(r"^[0-9a-f]{12}$")  # the ids the server hands out (jobs, uploads)
+
+
+def stored_summary(data: Path, job_id: str) -> dict[str, Any] | None:
+    """A finished job's job.json (without note lists), or None. Only an id of the server's own form
+    is joined to the data folder, so a client's string never becomes a path."""
+    if not SERVER_ID.match(job_id):
+        return None
     try:
-        summary = _without_notes(json.loads(f.read_text()))
+        return _without_notes(json.loads((data / "jobs" / job_id / "job.json").read_text()))
     except (OSError, json.JSONDecodeError):
         return None
-    return {"id": job_id, "model": summary["model"], "settings": summary["settings"], "status": "done",
-            "created": summary["created"], "started": None, "finished": summary.get("finished"), "error": None,
-            "result": summary, "events": 0}
+
+
+def stored_job(data: Path, job_id: str) -> Job | None:
+    """A finished job rebuilt from its folder, for one the server no longer keeps in memory (or ran
+    before a restart): done, with its result as its one event."""
+    summary = stored_summary(data, job_id)
+    if summary is None:
+        return None
+    job = Job(summary["model"], summary["settings"], id=job_id, status="done", created=summary["created"],
+              finished=summary.get("finished"), result=summary)
+    job.emit("done", result=summary)
+    return job
 
 
 def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
