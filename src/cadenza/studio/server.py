@@ -20,6 +20,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
           data: str | os.PathLike | None = None, device: str = "auto", max_running: int = 2) -> None:
     """Serve the page and the API until interrupted. Binds 127.0.0.1 by default: anything else
     exposes the studio (and its CPU) to the network, so it is said out loud."""
+    from cadenza.env.allocator import settle_allocator
+
+    settle_allocator()  # before torch loads and worker threads start: memory stays flat for hours
     import torch
     import uvicorn
 
