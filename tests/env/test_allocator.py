@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from cadenza.env.allocator import glibc
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
 
 PROBE = """
@@ -28,16 +30,10 @@ def _probe(pre: str = "", **env: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _glibc() -> bool:
-    import ctypes
-
-    return hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
-
-
 def test_fresh_process_gets_every_setting():
     r = _probe()
     assert r["mkl"] == "1" and r["done"]["MKL_DISABLE_FAST_MM"] == "1"
-    if _glibc():
+    if glibc() is not None:
         assert r["done"]["MALLOC_ARENA_MAX"] == "3"
         assert r["done"]["MALLOC_MMAP_THRESHOLD_"] == "262144"
 

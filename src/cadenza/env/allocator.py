@@ -1,10 +1,10 @@
-"""Allocator settings for a long-running process (the studio), so that its memory stays flat.
+"""The C heap of a long-running process (the studio): settings and trimming that keep its memory flat.
 
 A server that runs generation jobs on worker threads for hours grows in steps under the default
 settings, though nothing leaks: glibc gives each thread its own malloc arena and raises its mmap
 threshold after large frees, so freed blocks stay in the process, and MKL keeps a GEMM buffer per
-thread. The studio benchmark (16 clients x 4 rounds) measured a ~3 MB step in one round with the
-defaults; with the settings below, growth past the first round stays within noise (docs/benchmarks.md).
+thread. With the settings below the studio reaches a steady size after a few rounds of jobs and
+stays there (docs/benchmarks.md, "The studio server").
 
 The settings are the process's own and affect only memory reuse, never results. A variable the user
 has already set (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MKL_DISABLE_FAST_MM) wins.
@@ -13,6 +13,7 @@ has already set (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MKL_DISABLE_FAST_MM) 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 
@@ -30,26 +31,36 @@ def settle_allocator(arenas: int = 2, mmap_threshold: int = 1 << 20) -> dict[str
     if "torch" not in sys.modules and "MKL_DISABLE_FAST_MM" not in os.environ:
         os.environ["MKL_DISABLE_FAST_MM"] = "1"
         done["MKL_DISABLE_FAST_MM"] = "1"
-    mallopt = _glibc_mallopt()
-    if mallopt is None:
+    libc = glibc()
+    if libc is None:
         return done
     for env, param, value in (("MALLOC_ARENA_MAX", M_ARENA_MAX, arenas),
                               ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, mmap_threshold)):
-        if env not in os.environ and mallopt(param, value) == 1:  # mallopt returns 1 on success
+        if env not in os.environ and libc.mallopt(param, value) == 1:  # mallopt returns 1 on success
             done[env] = str(value)
     return done
 
 
-def _glibc_mallopt():
-    """glibc's mallopt, or None (macOS, Windows, musl: their allocators have other knobs)."""
+def trim_heap() -> None:
+    """Give freed heap memory back to the system. glibc keeps a freed multi-megabyte buffer (a job's
+    audio, its KV cache) in the process for reuse, so a server's resident memory would creep up with
+    every job of a new size though nothing is alive; trimming after a job keeps it at what is."""
+    libc = glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def glibc() -> ctypes.CDLL | None:
+    """The process's glibc, with mallopt and malloc_trim typed; None elsewhere (macOS, Windows,
+    musl: their allocators have other knobs, and musl's mallopt is a no-op)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 - present only in glibc; musl's mallopt is a no-op
-        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # noqa: B018 - present only in glibc
+        libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
     except (OSError, AttributeError):
         return None
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    return mallopt
+    return libc

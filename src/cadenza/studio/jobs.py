@@ -13,8 +13,6 @@ after each job the C heap hands the job's freed buffers (audio, KV cache) back t
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import queue
 import threading
@@ -22,6 +20,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from cadenza.env.allocator import trim_heap
 
 FINISHED = ("done", "failed", "cancelled")
 
@@ -132,7 +132,7 @@ class JobQueue:
             except Exception as e:  # a job's failure is reported to its client, never kills the server
                 job.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self._finish(job, "failed")
-            _trim_heap()
+            trim_heap()
 
     def _finish(self, job: Job, status: str) -> None:
         job.status, job.finished = status, time.time()
@@ -144,22 +144,3 @@ class JobQueue:
         done = [j for j in self._jobs.values() if j.status in FINISHED]
         for j in sorted(done, key=lambda j: j.created)[:max(0, len(done) - self.keep_finished)]:
             del self._jobs[j.id]
-
-
-def _load_malloc_trim():
-    """glibc's malloc_trim, or None elsewhere (musl, macOS, Windows)."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def _trim_heap() -> None:
-    """Give freed heap memory back to the system. glibc keeps a freed multi-megabyte buffer (a job's
-    audio, its KV cache) in the process for reuse, so a server's resident memory would creep up with
-    every job of a new size though nothing is alive; trimming after a job keeps it at what is."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
