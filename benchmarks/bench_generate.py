@@ -13,6 +13,7 @@ MusicTransformer-Pytorch and anticipation sample. Medians over repeats, contesta
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -62,6 +63,14 @@ def contestants(new_tokens: int, attention: list[str]):
             generate_ids(m, prompt, new_tokens, tok, generator=g, constrained=constrained, use_cache=cache,
                          stop_at_eos=False)
 
+        def run_fast(b, m=m):
+            from cadenza.generation import compiled
+
+            g = torch.Generator().manual_seed(0)
+            generate_ids(m, torch.full((b, 1), tok.bos_id), new_tokens, tok, generator=g, stop_at_eos=False,
+                         fast=compiled.decoder(m, b, quiet=True))
+
+        out[f"cadenza {att}, compiled step"] = run_fast
         out[f"cadenza {att}"] = run
         out[f"cadenza {att}, no grammar"] = lambda b, run=run: run(b, constrained=False)
     m = cadenza_model(attention[0])
@@ -81,6 +90,34 @@ def matmul_floor(model, b: int, n: int) -> None:
             torch.nn.functional.linear(x[w.shape[1]], w)
 
 
+def compile_costs(batches: list[int], attention: list[str]) -> dict:
+    """Per (attention, batch): seconds to build the compiled step into an empty cache, and the
+    first token's latency (load + prompt + one step) with a cold and with a warm disk cache."""
+    import tempfile
+
+    from cadenza.data.tokenizers import PerformanceTokenizer
+    from cadenza.generation import compiled
+    from cadenza.generation.sampler import generate_ids
+
+    tok = PerformanceTokenizer()
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["CADENZA_CACHE"] = tmp
+        for att in attention:
+            m = cadenza_model(att)
+            for b in batches:
+                first = {}
+                for state in ("cold", "warm"):
+                    compiled._LOADED.clear()  # the warm case loads the package from disk
+                    t = time.perf_counter()
+                    generate_ids(m, torch.full((b, 1), tok.bos_id), 1, tok, stop_at_eos=False,
+                                 fast=compiled.decoder(m, b, quiet=True))
+                    first[state] = time.perf_counter() - t
+                out[f"{att} batch {b}"] = {"first_token_cold_s": first["cold"], "first_token_warm_s": first["warm"]}
+        del os.environ["CADENZA_CACHE"]
+    return out
+
+
 def contestants_full(m, tok, b, n):
     from cadenza.generation.sampler import generate_ids
 
@@ -98,6 +135,17 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-full", action="store_true", help="skip the (slow) full-recompute contestant")
     ap.add_argument("--out", help="write the result JSON here (benchmarks/results/generate/...)")
     a = ap.parse_args(argv)
+    from cadenza.env.record import cpu_info
+    from cadenza.generation import compiled
+
+    if compiled.available():
+        raise SystemExit(f"the compiled decode step is unavailable here: {compiled.available()}")
+    cpu = cpu_info()
+    print(f"CPU: {cpu['model']}, {cpu['cores']} cores; flags {' '.join(cpu['isa'])}")
+    costs = compile_costs(a.batches, a.attention)
+    for k, c in costs.items():
+        print(f"compiled step, {k}: first token {c['first_token_cold_s']:.1f} s with an empty cache "
+              f"(build included), {1e3 * c['first_token_warm_s']:.0f} ms from the disk cache")
     runs = contestants(a.new_tokens, a.attention)
     if a.skip_full:
         runs = {k: v for k, v in runs.items() if not k.startswith("full")}
@@ -124,10 +172,10 @@ def main(argv=None) -> int:
         print(f"| {k} | " + " | ".join(f"{r[b]:,.0f} | {r[b] / hf[b]:.2f}x" for b in a.batches) + " |")
     from _record import write_result
 
+    rows = [{"generator": k, "tokens_per_s": {str(b): r[b] for b in r}, "vs_hf": {str(b): r[b] / hf[b] for b in r}}
+            for k, r in results.items()]
     write_result(a.out, {"benchmark": "generate", "new_tokens": a.new_tokens, "repeats": a.repeats,
-                         "batches": a.batches, "rows": [{"generator": k, "tokens_per_s": {str(b): r[b] for b in r},
-                                                         "vs_hf": {str(b): r[b] / hf[b] for b in r}}
-                                                        for k, r in results.items()]})
+                         "batches": a.batches, "compile": costs, "rows": rows})
     return 0
 
 

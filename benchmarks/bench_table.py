@@ -156,6 +156,11 @@ def generate_table() -> list[str]:
     out += ["", provenance(path, r), "", f"{r['new_tokens']} new tokens, median of {r['repeats']} repeats. "
             f"Goal: >= {GENERATE_GOAL:.0f}x HF at batch " + " and ".join(batches) + f": {met(ok)} (best "
             + ", ".join(f"{v:.2f}x at batch {b}" for b, v in best.items()) + ")."]
+    if r.get("compile"):
+        out += ["", "Compiled step, first token (build, load, prompt, one step): "
+                + "; ".join(f"{k}: {c['first_token_cold_s']:.0f} s with an empty cache, "
+                            f"{1e3 * c['first_token_warm_s']:,.0f} ms from the disk cache"
+                            for k, c in r["compile"].items()) + "."]
     return out
 
 

@@ -11,6 +11,9 @@ import symusic
 from symusic import ControlChange, Note, Score, Tempo, Track
 
 REPO = Path(__file__).resolve().parents[1]
+# Building the compiled decode step takes tens of seconds per model: the suite decodes eagerly (the
+# reference path) except in tests/generation/test_static.py, which builds it on purpose.
+os.environ.setdefault("CADENZA_NO_COMPILE", "1")
 SHARED_DATA = Path(os.environ.get("CADENZA_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 

@@ -45,6 +45,9 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-eos", action="store_true",
                    help="never end a piece early: every sample runs to --seconds / --max-tokens")
     p.add_argument("--batch-size", type=int, help="samples generated together (default 8)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="decode eagerly: skip the compiled decode step (by default it is built once per model and "
+                        "batch size, tens of seconds, then loaded from ~/.cache/cadenza/decode)")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default="samples", help="folder for sample-NNN.mid and generation.json")
     p.add_argument("--render", action="store_true", help="also write WAV and piano-roll PNG for each sample")
@@ -66,9 +69,12 @@ def run(a: argparse.Namespace) -> int:
         settings["constrained"] = False
     if a.no_eos:
         settings["stop_at_eos"] = False
+    if a.no_compile:
+        settings["compile"] = False
     g = generate(a.checkpoint, settings, out=a.out, device=a.device, render=a.render, progress=not a.quiet)
     for path, s in zip(g.paths, g.stats):
         secs = f"{s['seconds']:.1f} s" if s["seconds"] is not None else "? s"
         print(f"{path}  {s['tokens']} tokens, {s['notes']} notes, {secs}, {s['repairs']['repairs']} repairs")
-    print(f"{g.tokens_per_s:,.0f} tokens/s on {g.run['device']}; settings in {a.out}/generation.json")
+    how = "compiled step" if g.run.get("compiled") else "eager"
+    print(f"{g.tokens_per_s:,.0f} tokens/s on {g.run['device']} ({how}); settings in {a.out}/generation.json")
     return 0

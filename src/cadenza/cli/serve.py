@@ -17,6 +17,8 @@ def register(sub) -> argparse.ArgumentParser:
     s.add_argument("--data", help="folder for uploads and the history (default: $CADENZA_CACHE/studio)")
     s.add_argument("--device", default="auto")
     s.add_argument("--jobs", type=int, default=2, help="generations running at once (default 2)")
+    s.add_argument("--no-compile", action="store_true",
+                   help="do not build the compiled decode step in the background (jobs decode eagerly)")
     s.set_defaults(func=run)
     return s
 
@@ -24,5 +26,5 @@ def register(sub) -> argparse.ArgumentParser:
 def run(a: argparse.Namespace) -> int:
     from cadenza.studio.server import serve
 
-    serve(a.host, a.port, a.runs, a.data, a.device, a.jobs)
+    serve(a.host, a.port, a.runs, a.data, a.device, a.jobs, compile=not a.no_compile)
     return 0

@@ -67,6 +67,7 @@ def collect(probes: Probes | None = None, smoke: bool = True, precision: str | N
                      "soundfonts": p.soundfonts(), "cadenza_soundfont": env.get("CADENZA_SOUNDFONT"),
                      "musescore": next((w for b in MUSESCORE_BINARIES if (w := p.which(b))), None),
                      "tensorboard": p.module_version("tensorboard"), "miditok": p.module_version("miditok")},
+        "compiled_decode": _compiled_decode(),
         "smoke": None,
     }
     if smoke and t.get("cuda_available") and t.get("gpus"):
@@ -248,6 +249,15 @@ def _size(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / (1 << 20):.0f} MiB"
 
 
+def _compiled_decode() -> dict:
+    """Whether `cadenza generate` can use the compiled decode step here, and what is cached."""
+    from cadenza.generation import compiled
+
+    folder = compiled.cache_dir()
+    return {"unavailable": compiled.available(), "cache": str(folder),
+            "packages": len(list(folder.glob("step-*.pt2"))) if folder.is_dir() else 0}
+
+
 def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: str | None) -> str:
     t, opt, smi = r["torch"], r["optional"], r.get("nvidia_smi")
     smi_gpus = _smi_gpus(r)
@@ -281,6 +291,10 @@ def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: s
              ("SoundFont", opt["soundfonts"][0] if opt["soundfonts"] else "-"),
              ("MuseScore", opt["musescore"] or "-"), ("TensorBoard", opt["tensorboard"] or "-"),
              ("MidiTok", opt["miditok"] or "-")]
+    cd = r.get("compiled_decode") or {}
+    if cd:
+        rows.append(("compiled decode", f"no: {cd['unavailable']} (generation decodes eagerly)" if cd["unavailable"]
+                     else f"yes ({cd['packages']} built, in {cd['cache']})"))
     if r.get("smoke"):
         s = r["smoke"]
         rows.append(("GPU smoke test", f"{'ok' if s['ok'] else 'FAILED'} on {s['device']} ({s['dtype']})"

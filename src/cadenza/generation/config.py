@@ -37,6 +37,8 @@ class SamplingConfig:
     stop_at_eos: bool = setting(True, doc="a piece may end before its length (False: every sample runs to it)")
     batch_size: int = setting(8, ge=1, le=1024, doc="samples generated together")
     use_cache: bool = setting(True, doc="KV cache (False recomputes every window; the tests' reference)")
+    compile: bool = setting(True, doc="decode with the compiled step where it applies (float32 transformer on "
+                            "the CPU; built once per model and batch size, then loaded from a disk cache)")
 
     def validate(self) -> "SamplingConfig":
         validate(self)

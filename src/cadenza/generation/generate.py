@@ -73,12 +73,13 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
 
 
 def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
-           on_tokens: Callable[[int, torch.Tensor], None] | None = None) -> Generation:
+           on_tokens: Callable[[int, torch.Tensor], None] | None = None, build_compiled: bool = True) -> Generation:
     """`generate` with a model already loaded (``checkpoint.load_model``): what a server calls.
 
     `on_tokens(first_sample, tokens)` is called after every step with the new tokens so far of the
     samples `first_sample`, ... (a (B, steps) view): the studio streams notes from it, and cancels a
-    job by raising in it.
+    job by raising in it. With `build_compiled=False` a compiled decode step is used only when it is
+    already built (a server does not make a job wait for a compiler).
     """
     tok = tokenizer_from_dict(meta["tokenizer"])
     if cfg.seconds is not None and not tok.has_clock:
@@ -88,7 +89,7 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
     dev = next(model.parameters()).device
     t0 = time.time()
     limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
-    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens)
+    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens, build_compiled)
     elapsed = time.time() - t0
     scores, stats = [], []
     head = len(prompt) - len(primer)  # the style token and BOS: not music
@@ -100,13 +101,14 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
            "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap,
-           "generation_seconds": elapsed,
+           "generation_seconds": elapsed, "compiled": _compiled_used(model, cfg),
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
     return Generation(scores, all_ids, stats, cfg, run=run)
 
 
 def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
-            max_note_seconds: float | None, max_polyphony: int | None, on_tokens=None) -> list[list[int]]:
+            max_note_seconds: float | None, max_polyphony: int | None, on_tokens=None,
+            build_compiled: bool = True) -> list[list[int]]:
     """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
     (`seed`, i), so it is the same whatever the batch size or number of samples."""
     from tqdm import tqdm
@@ -117,6 +119,7 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
     for k, start in enumerate(batches):
         b = min(cfg.batch_size, cfg.num_samples - start)
         p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
+        fast = _fast_decoder(model, cfg, b * (2 if cfg.guidance != 1.0 else 1), build_compiled)
         desc = f"generate {k + 1}/{len(batches)}" if len(batches) > 1 else "generate"
         # In a log file (no terminal) one line every 30 s, not one per token.
         with tqdm(total=budget, unit="tok", desc=desc, disable=not progress, file=sys.stderr, leave=False,
@@ -125,8 +128,26 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
                                 top_p=cfg.top_p, seeds=sample_seeds(cfg.seed, start, b), constrained=cfg.constrained,
                                 max_polyphony=max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
                                 stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
-                                guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens))
+                                guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens), fast=fast)
     return out
+
+
+def _fast_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
+    """The compiled decode step for `rows` rows where it applies (None: decode eagerly)."""
+    if not (cfg.compile and cfg.use_cache):
+        return None
+    from cadenza.generation import compiled
+
+    return compiled.decoder(model, rows, build_missing=build)
+
+
+def _compiled_used(model, cfg: SamplingConfig) -> bool:
+    """Whether this generation decoded with a compiled step (recorded in generation.json)."""
+    if not (cfg.compile and cfg.use_cache):
+        return False
+    from cadenza.generation import compiled
+
+    return compiled.was_used(model)
 
 
 def _progress(bar, start: int, on_tokens):

@@ -24,14 +24,15 @@ class _Window:
     those tokens then the most recent ones, as every training window was.
     """
 
-    def __init__(self, model, batch: int, use_cache: bool, slide: int, keep: int = 0):
+    def __init__(self, model, batch: int, use_cache: bool, slide: int, keep: int = 0, fast=None):
         self.model = model
         self.context = model.config.context
         self.is_lstm = model.config.model == "lstm"
         self.keep = keep
         self.slide = max(1, min(slide, self.context - 1 - keep))
         self.start = 0  # index of the first token after the kept ones inside the window (0: no slide yet)
-        self.cache = model.new_cache(batch) if use_cache else None
+        self.fast = fast  # a StaticDecoder: single-token steps go through its compiled step
+        self.cache = (fast.cache if fast is not None else model.new_cache(batch)) if use_cache else None
 
     def _view(self, seq: torch.Tensor) -> torch.Tensor:
         if self.start == 0:
@@ -50,6 +51,8 @@ class _Window:
                 return self.model(self._view(seq), cache=self.cache)[0][:, -1]
         if self.cache is None:
             logits, _ = self.model(seq if self.is_lstm else self._view(seq))
+        elif self.fast is not None and n_new == 1:
+            return self.fast.step(seq[:, n - 1:])
         else:
             logits, _ = self.model(seq[:, n - n_new:], cache=self.cache)
         return logits[:, -1]
@@ -86,8 +89,8 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
                  seeds: list[int] | None = None, constrained: bool = True, max_polyphony: int | None = None,
                  use_cache: bool = True, stop_at_eos: bool = True, slide: int | None = None,
                  stop_seconds: float | None = None, max_note_seconds: float | None = None,
-                 guidance: float = 1.0, on_token: Callable[[int, torch.Tensor], None] | None = None
-                 ) -> list[list[int]]:
+                 guidance: float = 1.0, on_token: Callable[[int, torch.Tensor], None] | None = None,
+                 fast=None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
 
     Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). Randomness comes
@@ -98,8 +101,11 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     tokenizer a prompt starts with its style token, and `guidance` != 1 samples from
     ``uncond + guidance * (cond - uncond)``, the unconditioned logits coming from the same rows with
     NO_STYLE in the style token's place (classifier-free guidance: both passes in one batch, each
-    row with its own KV cache). `on_token(n, new)` is called after each step with the number of steps
-    taken and the new tokens so far, a (B, n) view (a progress bar, streaming, cancelling).
+    row with its own KV cache). `fast` (a `StaticDecoder` for this many rows, e.g. from
+    `cadenza.generation.compiled.decoder`) runs the single-token steps through its compiled step;
+    prompts and window slides still go through the eager model. `on_token(n, new)` is called after
+    each step with the number of steps taken and the new tokens so far, a (B, n) view (a progress
+    bar, streaming, cancelling).
     """
     model.eval()
     b, t0 = prompts.shape
@@ -113,7 +119,12 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
                                 max_note_seconds=max_note_seconds)
     grammar.observe(prompts)
     window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else model.config.context // 4,
-                     keep=1 if tokenizer.styles else 0)
+                     keep=1 if tokenizer.styles else 0, fast=fast if use_cache else None)
+    if fast is not None:
+        if fast.cache.k.shape[1] != rows.shape[0] or fast.model is not model:
+            raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows of another model call; "
+                             f"this call has {rows.shape[0]} rows")
+        fast.reset()
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
     seq = torch.full((rows.shape[0], t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
     seq[:, :t0] = rows

@@ -8,6 +8,8 @@ folder, named by the server: it is the history a reloaded page lists again.
 
 from __future__ import annotations
 
+import sys
+
 import json
 import re
 import time
@@ -63,7 +65,8 @@ class Runner:
         tok = tokenizer_from_dict(meta["tokenizer"])
         cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
         primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
-        gen = sample(model, meta, cfg, on_tokens=_Stream(job, tok, primer))
+        # A job never waits for a compiler: it uses a compiled step only once `warm_up` has built it.
+        gen = sample(model, meta, cfg, on_tokens=_Stream(job, tok, primer), build_compiled=False)
         job.check()
         return self._write(job, tok, gen, primer)
 
@@ -144,3 +147,23 @@ def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
         if x["index"] == variation:
             return x["note_list"]
     return None
+
+
+# The page's default generation is one variation with a style and guidance (two rows: guided and
+# unguided), then one row without a style.
+WARM_ROWS = (2, 1)
+
+
+def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS) -> None:
+    """Build (or load from the disk cache) the compiled decode step of `model_id` for the page's
+    common batch shapes, in the background; jobs decode eagerly until it is ready."""
+    from cadenza.generation import compiled
+
+    if compiled.available():
+        return
+    try:
+        model, _ = registry.load(model_id)
+        for r in rows:
+            compiled.load(model, r, quiet=True)
+    except Exception as e:  # a warm-up failure costs speed, never the server
+        print(f"studio: no compiled decode step ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -17,9 +18,11 @@ def default_data() -> Path:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | None = None,
-          data: str | os.PathLike | None = None, device: str = "auto", max_running: int = 2) -> None:
+          data: str | os.PathLike | None = None, device: str = "auto", max_running: int = 2,
+          compile: bool = True) -> None:
     """Serve the page and the API until interrupted. Binds 127.0.0.1 by default: anything else
-    exposes the studio (and its CPU) to the network, so it is said out loud."""
+    exposes the studio (and its CPU) to the network, so it is said out loud. With `compile` the
+    default model's compiled decode step is built (or loaded) in the background after start."""
     from cadenza.env.allocator import settle_allocator
 
     settle_allocator()  # before torch loads and worker threads start: memory stays flat for hours
@@ -37,6 +40,12 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max_running))
     folder = Path(data) if data else default_data()
     app = create_app(folder, Path(runs) if runs else None, Limits(max_running=max_running), device=str(dev))
+    if compile:
+        from cadenza.models.zoo import DEFAULT
+        from cadenza.studio.runner import warm_up
+
+        threading.Thread(target=warm_up, args=(app.state.registry, DEFAULT), name="compile-warm-up",
+                         daemon=True).start()
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
           f"(API docs at /docs; data in {folder}; Ctrl-C to stop)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")

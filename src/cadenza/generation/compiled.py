@@ -1,0 +1,136 @@
+"""Build, cache and load the ahead-of-time compiled decode step (`cadenza.generation.static`).
+
+A package is specific to the weights, the batch size, the code of the step, the PyTorch version
+and the CPU, so its file name is a hash of all of them; it lives in ``$CADENZA_CACHE/decode``
+(default ``~/.cache/cadenza/decode``) and is written atomically. Building one takes tens of seconds
+on 2 cores (AOTInductor generates and compiles C++); loading one takes milliseconds. Where no C++
+compiler is found, or the build fails, callers fall back to eager decoding with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import threading
+import time
+import warnings
+import weakref
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cadenza.generation import static
+
+_LOADED: dict[str, Callable] = {}
+_LOCK = threading.Lock()
+_FAILED: set[str] = set()
+
+
+def cache_dir() -> Path:
+    from cadenza.env.record import cache_dir as root
+
+    return root() / "decode"
+
+
+def available() -> str | None:
+    """None when the compiled step can be built here, else why not (for `doctor` and warnings)."""
+    if os.environ.get("CADENZA_NO_COMPILE"):
+        return "CADENZA_NO_COMPILE is set"
+    if sys.platform == "win32":
+        return "not built on Windows"
+    cxx = os.environ.get("CXX") or next((c for c in ("g++", "clang++", "c++") if shutil.which(c)), None)
+    if not cxx or not shutil.which(cxx):
+        return "no C++ compiler (install g++ or clang++)"
+    return None
+
+
+def package_key(model, batch: int) -> str:
+    """A hash of everything the compiled code depends on."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
+    h.update(Path(static.__file__).read_bytes())
+    h.update(f"{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
+    return h.hexdigest()[:24]
+
+
+def _cpu_id() -> str:
+    from cadenza.env.record import cpu_info
+
+    info = cpu_info()
+    return f"{info['model']}|{','.join(info['isa'])}"
+
+
+def build(model, batch: int, path: Path) -> None:
+    """Export the step for `batch` rows with the cache length dynamic, compile it to `path`."""
+    cfg = model.config
+    cache = model.new_cache(batch)
+    n = torch.export.Dim("cached", min=1, max=cfg.context - 1)
+    args = (torch.zeros(batch, 1, dtype=torch.long), cache.k[:, :, :, :2], cache.v[:, :, :, :2])
+    with torch.no_grad():
+        program = torch.export.export(static.DecodeStep(model), args, dynamic_shapes=({}, {3: n}, {3: n}))
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.pt2")
+        try:
+            # freezing: the weights become constants, so the linear layers use prepacked kernels
+            torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
+                                                     inductor_configs={"freezing": True})
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> Callable | None:
+    """The compiled step for (model, batch): from memory, from the disk cache, or built now (when
+    `build_missing`). None when it is not available (the caller decodes eagerly)."""
+    if static.unsupported(model) or available():
+        return None
+    key = package_key(model, batch)
+    with _LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        if key in _FAILED:
+            return None
+        path = cache_dir() / f"step-{key}.pt2"
+        if not path.exists():
+            if not build_missing:
+                return None
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not quiet:
+                print(f"compiling the decode step for batch {batch} (once; cached in {path.parent}) ...",
+                      file=sys.stderr, flush=True)
+            t = time.perf_counter()
+            try:
+                build(model, batch, path)
+            except Exception as e:  # Inductor failures come in many types; eager still works
+                _FAILED.add(key)
+                warnings.warn(f"could not compile the decode step ({type(e).__name__}: {str(e)[:200]}); "
+                              "decoding eagerly", RuntimeWarning, stacklevel=2)
+                return None
+            build_seconds[key] = time.perf_counter() - t
+        fn = torch._inductor.aoti_load_package(str(path))
+        _LOADED[key] = fn
+        return fn
+
+
+build_seconds: dict[str, float] = {}
+_USED: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def was_used(model) -> bool:
+    """Whether a compiled step was handed out for `model` in this process."""
+    return model in _USED
+
+
+def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> "static.StaticDecoder | None":
+    """A `StaticDecoder` on the compiled step, or None where it does not apply."""
+    fn = load(model, batch, build_missing=build_missing, quiet=quiet)
+    if fn is not None:
+        _USED.add(model)
+    return static.StaticDecoder(model, batch, fn) if fn is not None else None

@@ -1,0 +1,134 @@
+"""A decode step compiled ahead of time: one native call per token instead of hundreds of operators.
+
+Eager decoding pays PyTorch's dispatch cost for every operator of every layer at every token, and
+at batch 1 on a CPU that cost, not arithmetic, bounds the speed (the floor row of
+``benchmarks/bench_generate.py``). Here one step (embedding, every layer, the head) is a pure
+function of the new token ids (B, 1) and the filled part of the KV cache (L, B, H, n, Dh): it
+returns the next logits and the new token's keys and values, which the caller stores at slot n
+(outside the compiled code, so the cache is never copied). The step is exported once per (model,
+batch) with `torch.export`, the cache length n as its only dynamic size, and compiled by
+AOTInductor into a package on disk (`cadenza.generation.compiled`); later runs load it in
+milliseconds. Attending to exactly the n filled slots does the same work as eager decoding; a
+variant that attended to the whole context with a mask measured slower than eager at batch 8, the
+cache being read in full at every token.
+
+The eager model (`MusicTransformer.forward` with a `KVCache`) stays the reference and the fallback:
+it fills the cache for the prompt and after every window slide (where lengths vary), and
+``tests/generation/test_static.py`` checks that both give the same logits.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from cadenza.models.attention import KVCache
+
+
+def unsupported(model, batch: int | None = None) -> str | None:
+    """None when `model` can use the compiled step, else the reason it cannot (a short phrase)."""
+    cfg = model.config
+    p = next(model.parameters())
+    if cfg.model != "transformer":
+        return f"{cfg.model} models decode eagerly"
+    if p.device.type != "cpu":
+        return f"the compiled step is built for the CPU (the model is on {p.device.type})"
+    if p.dtype != torch.float32:
+        return f"the compiled step is built for float32 weights ({p.dtype})"
+    if model.training:
+        return "the model is in training mode"
+    return None
+
+
+def _rope(x: torch.Tensor, pos, inv_freq: torch.Tensor) -> torch.Tensor:
+    """`Rotary` at one position; x (B, 1, 2, H, Dh). Same float32 arithmetic as `Rotary.tables`."""
+    freqs = torch.full((1,), pos, dtype=torch.float32, device=x.device) * inv_freq
+    emb = torch.cat((freqs, freqs))
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
+    """One layer's attention of the new token (at position n) over the n cached keys kc, vc
+    (B, H, n, Dh). Returns the layer's output and the new key and value (B, H, Dh). The new key is
+    scored beside the cache rather than written into it, so the function updates nothing in place."""
+    b, _, d = h.shape
+    n = kc.shape[2]
+    qkv = attn.qkv(h).view(b, 1, 3, attn.n_heads, attn.head_dim)
+    if attn.scheme == "rope":
+        qkv = torch.cat((_rope(qkv[:, :, :2], n, attn.rotary.inv_freq), qkv[:, :, 2:]), dim=2)
+    q, k, v = qkv[:, 0].unbind(1)  # each (B, H, Dh)
+    q = q * attn.head_dim ** -0.5
+    scores = torch.matmul(kc, q.unsqueeze(-1)).squeeze(-1)  # (B, H, n): the cache read in its layout
+    self_score = (q * k).sum(-1, keepdim=True)
+    if attn.scheme == "relative":
+        # q . E[d] for every distance d; cache slot j is at distance n - j, the new token at 0.
+        qe = torch.matmul(attn.rel.to(q.dtype), q.permute(1, 2, 0)).permute(2, 0, 1)  # (B, H, context)
+        scores = scores + qe.index_select(-1, torch.arange(n, 0, -1, device=h.device))
+        self_score = self_score + qe[..., :1]
+    probs = torch.softmax(torch.cat((scores, self_score), -1), dim=-1)
+    y = torch.matmul(probs[..., :-1].unsqueeze(-2), vc).squeeze(-2) + probs[..., -1:] * v
+    return attn.proj(y.reshape(b, 1, d)), k, v
+
+
+class DecodeStep(nn.Module):
+    """``forward(ids (B, 1), k (L, B, H, n, Dh), v)`` -> (logits (B, V), new k, new v (L, B, H, Dh))."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
+        m = self.model
+        n = k_cache.shape[3]
+        x = m.tok_emb(ids)
+        if m.pos_emb is not None:
+            x = x + m.pos_emb.weight[n]
+        new_k, new_v = [], []
+        for i, block in enumerate(m.blocks):
+            a, k, v = _attend(block.attn, block.ln1(x), k_cache[i], v_cache[i])
+            x = x + a
+            x = x + block.mlp(block.ln2(x))
+            new_k.append(k)
+            new_v.append(v)
+        return m.head(m.ln_f(x))[:, -1], torch.stack(new_k), torch.stack(new_v)
+
+
+class StaticDecoder:
+    """Incremental decoding of a batch through a step function (compiled or `DecodeStep` itself).
+
+    Owns a `KVCache` of the full context: `prefill(ids)` fills it with the eager model (any length),
+    `step(ids)` feeds one token per row through the step and returns the next logits.
+    """
+
+    def __init__(self, model, batch: int, step: Callable | None = None):
+        reason = unsupported(model)
+        if reason:
+            raise ValueError(f"no static decode step: {reason}")
+        self.model = model
+        self.cache: KVCache = model.new_cache(batch)
+        self._step = step if step is not None else DecodeStep(model)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ids (B, T) through the eager model into the cache; the logits after the last one."""
+        return self.model(ids, cache=self.cache)[0][:, -1]
+
+    def step(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (B, 1); the logits (B, V) of the token after it."""
+        c, n = self.cache, self.cache.pos
+        if n == 0:
+            return self.prefill(ids)  # the compiled step needs at least one cached position
+        if n >= c.max_len:
+            raise RuntimeError(f"KV cache full ({c.max_len} positions); slide the window first")
+        # A compiled package assumes contiguous ids: a strided column of a wider buffer gave wrong rows.
+        logits, k, v = self._step(ids.contiguous(), c.k[:, :, :, :n], c.v[:, :, :, :n])
+        c.k[:, :, :, n] = k
+        c.v[:, :, :, n] = v
+        c.pos = n + 1
+        return logits

@@ -1,0 +1,117 @@
+"""The compiled decode step against the eager model: same logits, same greedy tokens, same MIDI.
+
+The step function (`DecodeStep`) is checked eagerly for every attention scheme; the AOTInductor
+build is checked for relative and rope attention at batch 1 and 8, over 512 steps that start from a
+primer and slide the window several times (context 128).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cadenza.data.tokenizers import PerformanceTokenizer
+from cadenza.generation import compiled
+from cadenza.generation.sampler import _Window, generate_ids, sample_seeds
+from cadenza.generation.static import StaticDecoder
+from cadenza.models import build_model
+from cadenza.models.config import ModelConfig
+
+TOK = PerformanceTokenizer()
+
+
+def model(attention: str, context: int = 128, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(attention=attention, vocab_size=TOK.vocab_size, d_model=64, n_layers=2, n_heads=4,
+                      d_ff=128, context=context, dropout=0.0)
+    return build_model(cfg).eval()
+
+
+def window_logits(m, seq: torch.Tensor, primer: int, fast=None) -> list[torch.Tensor]:
+    """The sampler's logits for every position after `primer`, fed token by token, sliding the
+    window as generation does (with `fast`: through the static step)."""
+    w = _Window(m, seq.shape[0], True, slide=m.config.context // 4, fast=fast)
+    out = [w.next_logits(seq[:, :primer], primer)]
+    for n in range(primer + 1, seq.shape[1] + 1):
+        out.append(w.next_logits(seq[:, :n], 1))
+    return out
+
+
+@pytest.mark.parametrize("attention", ["relative", "rope", "absolute"])
+def test_step_function_matches_the_eager_model(attention):
+    m = model(attention)
+    seq = torch.randint(0, 388, (3, 300))
+    with torch.inference_mode():
+        ref = window_logits(m, seq, 20)
+        got = window_logits(m, seq, 20, StaticDecoder(m, 3))
+    assert max((a - b).abs().max().item() for a, b in zip(ref, got)) < 1e-4
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Compiled steps built into a private cache, once for the module."""
+    mp = pytest.MonkeyPatch()
+    mp.delenv("CADENZA_NO_COMPILE", raising=False)
+    mp.setenv("CADENZA_CACHE", str(tmp_path_factory.mktemp("cache")))
+    if compiled.available():
+        mp.undo()
+        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+    yield {att: model(att) for att in ("relative", "rope")}
+    mp.undo()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["relative", "rope"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_compiled_logits_match_eager_over_512_steps_and_window_slides(built, attention, batch):
+    m = built[attention]
+    dec = compiled.decoder(m, batch, quiet=True)
+    assert dec is not None
+    seq = torch.randint(0, 388, (batch, 512 + 16))
+    with torch.inference_mode():
+        ref = window_logits(m, seq, 16)
+        got = window_logits(m, seq, 16, dec)
+    assert len(got) == 513
+    assert max((a - b).abs().max().item() for a, b in zip(ref, got)) < 1e-4
+
+
+@pytest.mark.slow
+def test_compiled_greedy_tokens_equal_eager_and_sampling_repeats(built):
+    m = built["relative"]
+    prompt = torch.full((1, 1), TOK.bos_id)
+    greedy = [generate_ids(m, prompt, 300, TOK, top_k=1, stop_at_eos=False, fast=fast)
+              for fast in (None, compiled.decoder(m, 1, quiet=True))]
+    assert greedy[0] == greedy[1]
+    seeds = sample_seeds(3, 0, 1)
+    runs = [generate_ids(m, prompt, 300, TOK, seeds=seeds, fast=compiled.decoder(m, 1, quiet=True))
+            for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.slow
+def test_packages_are_cached_on_disk_and_keyed_by_weights_and_batch(built):
+    m = built["rope"]
+    assert compiled.decoder(m, 1, quiet=True) is not None
+    assert list(compiled.cache_dir().glob("step-*.pt2"))
+    assert compiled.package_key(m, 1) != compiled.package_key(m, 2)
+    assert compiled.package_key(m, 1) != compiled.package_key(model("rope", seed=1), 1)
+    # a shape that was never built falls back (None) instead of building when told not to build
+    assert compiled.decoder(m, 3, build_missing=False) is None
+
+
+def test_unsupported_models_and_the_opt_out_decode_eagerly(monkeypatch):
+    monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
+    assert "CADENZA_NO_COMPILE" in compiled.available()
+    assert compiled.decoder(model("rope"), 1) is None
+    lstm = build_model(ModelConfig(model="lstm", vocab_size=TOK.vocab_size, d_model=32, n_layers=1,
+                                   context=64)).eval()
+    monkeypatch.delenv("CADENZA_NO_COMPILE")
+    assert compiled.decoder(lstm, 1) is None
+    with pytest.raises(ValueError, match="lstm"):
+        StaticDecoder(lstm, 1)
+
+
+def test_a_decoder_for_another_batch_size_is_refused():
+    m = model("rope")
+    with pytest.raises(ValueError, match="rows"):
+        generate_ids(m, torch.full((2, 1), TOK.bos_id), 5, TOK, fast=StaticDecoder(m, 1))
