@@ -61,6 +61,9 @@ def test_a_job_streams_notes_then_its_files(client):
     assert any(e["event"] == "notes" and e["notes"] for e in evs)  # notes arrive while sampling
     result = client.get(f"/api/jobs/{job['id']}").json()["result"]
     assert [v["index"] for v in result["variations"]] == [0, 1]
+    # the last notes event of each variation holds all its notes, however fast the generation was
+    last = {e["variation"]: e["notes"] for e in evs if e["event"] == "notes"}
+    assert [len(last[v["index"]]) for v in result["variations"]] == [v["notes"] for v in result["variations"]]
     midi = client.get(f"/api/jobs/{job['id']}/1/midi")
     assert midi.status_code == 200 and symusic.Score.from_midi(midi.content).note_num() == result["variations"][1]["notes"]
     assert client.get(f"/api/jobs/{job['id']}/0/wav").content[:4] == b"RIFF"

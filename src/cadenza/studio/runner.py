@@ -48,7 +48,9 @@ class _Stream:
         if now - self.last < STREAM_EVERY:
             return
         self.last = now
-        rows = tokens.tolist()
+        self.send(first, tokens.tolist())
+
+    def send(self, first: int, rows: list[list[int]]) -> None:
         for r, new in enumerate(rows):
             notes = self.tok.to_notes(self.primer + [t for t in new if t != self.tok.pad_id])
             self.job.emit("notes", variation=first + r, notes=notes_json(notes), tokens=len(new))
@@ -66,8 +68,11 @@ class Runner:
         cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
         primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
         # A job never waits for a compiler: it uses a compiled step only once `warm_up` has built it.
-        gen = sample(model, meta, cfg, on_tokens=_Stream(job, tok, primer), build_compiled=False)
+        stream = _Stream(job, tok, primer)
+        gen = sample(model, meta, cfg, on_tokens=stream, build_compiled=False)
         job.check()
+        # The last notes of every variation: a generation faster than STREAM_EVERY streams none.
+        stream.send(0, gen.ids)
         return self._write(job, tok, gen, primer)
 
     def _primer_settings(self, job: Job) -> dict[str, Any]:
