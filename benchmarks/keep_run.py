@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,12 +35,27 @@ def keep(run: Path, results: Path = RESULTS) -> Path:
     # Only the checkpoint's name: the folder it lived in belongs to the machine that ran it.
     r["checkpoint"] = Path(r.get("checkpoint", "")).name
     r["run"] = run.name
+    for key in ("command", "evaluate_command"):
+        if key in r:
+            r[key] = portable(r[key])
     out = results / r["dataset"] / f"{run.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(r, indent=1) + "\n")
     tmp.replace(out)
     return out
+
+
+def portable(command: str) -> str:
+    """The command with absolute paths written relative to the repository (``../shared/data/...``):
+    the record is read on other machines, and the docs never name this one's folders."""
+    root = RESULTS.parent.parent
+    words = []
+    for w in command.split(" "):
+        if w.startswith("/") and Path(w).exists():
+            w = os.path.relpath(w, root)
+        words.append(w)
+    return " ".join(words)
 
 
 def interrupted(run: Path) -> dict:

@@ -63,3 +63,16 @@ def test_summary_says_when_a_data_set_has_no_kept_run(table, tmp_path, monkeypat
     lines = table.summary_table()
     assert any(line.startswith("| Nottingham |") and "**met** (0.110 below)" in line for line in lines)
     assert any(line.startswith("| MuseData |") and "no kept run" in line for line in lines)
+
+
+def test_kept_runs_name_no_folder_of_the_machine_that_ran_them(tmp_path):
+    spec = importlib.util.spec_from_file_location("keep_run", ROOT / "benchmarks" / "keep_run.py")
+    keep_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(keep_run)
+    data = tmp_path / "JSB_Chorales.mat"
+    data.write_bytes(b"")
+    cmd = keep_run.portable(f"cadenza bench polyphonic --data {data} --out runs/x")
+    assert not any(w.startswith("/") for w in cmd.split()) and cmd.endswith("JSB_Chorales.mat --out runs/x")
+    for f in (ROOT / "benchmarks" / "results").rglob("*.json"):
+        commands = [v for k, v in json.loads(f.read_text()).items() if k.endswith("command")]
+        assert not any(" /" in c for c in commands), f"{f}: an absolute path in {commands}"
