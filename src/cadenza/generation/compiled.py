@@ -28,6 +28,8 @@ from cadenza.generation import static
 
 _LOADED: dict[str, Callable] = {}
 _LOCK = threading.Lock()
+_BUILD_LOCK = threading.Lock()
+_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> hash of its weights
 _FAILED: set[str] = set()
 
 
@@ -51,14 +53,25 @@ def available() -> str | None:
 
 def package_key(model, batch: int) -> str:
     """A hash of everything the compiled code depends on."""
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    h = hashlib.sha256(_weights_hash(model).encode())
     h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
     h.update(Path(static.__file__).read_bytes())
     h.update(f"{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
     return h.hexdigest()[:24]
+
+
+def _weights_hash(model) -> str:
+    """Hashed once per model object and parameter version: a server asks for every job."""
+    versions = tuple(p._version for p in model.parameters())
+    cached = _WEIGHTS.get(model)
+    if cached and cached[0] == versions:
+        return cached[1]
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    _WEIGHTS[model] = (versions, h.hexdigest())
+    return h.hexdigest()
 
 
 def _cpu_id() -> str:
@@ -92,31 +105,37 @@ def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) 
     if static.unsupported(model) or available():
         return None
     key = package_key(model, batch)
-    with _LOCK:
-        if key in _LOADED:
-            return _LOADED[key]
-        if key in _FAILED:
+    with _LOCK:  # held only for lookups: a job asking while another thread builds never waits
+        if key in _LOADED or key in _FAILED:
+            return _LOADED.get(key)
+    path = cache_dir() / f"step-{key}.pt2"
+    if not path.exists():
+        if not build_missing:
             return None
-        path = cache_dir() / f"step-{key}.pt2"
-        if not path.exists():
-            if not build_missing:
+        with _BUILD_LOCK:  # one build at a time; a second caller finds the file the first wrote
+            if not path.exists() and not _build(model, batch, path, key, quiet):
                 return None
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not quiet:
-                print(f"compiling the decode step for batch {batch} (once; cached in {path.parent}) ...",
-                      file=sys.stderr, flush=True)
-            t = time.perf_counter()
-            try:
-                build(model, batch, path)
-            except Exception as e:  # Inductor failures come in many types; eager still works
-                _FAILED.add(key)
-                warnings.warn(f"could not compile the decode step ({type(e).__name__}: {str(e)[:200]}); "
-                              "decoding eagerly", RuntimeWarning, stacklevel=2)
-                return None
-            build_seconds[key] = time.perf_counter() - t
-        fn = torch._inductor.aoti_load_package(str(path))
-        _LOADED[key] = fn
-        return fn
+    fn = torch._inductor.aoti_load_package(str(path))
+    with _LOCK:
+        return _LOADED.setdefault(key, fn)
+
+
+def _build(model, batch: int, path: Path, key: str, quiet: bool) -> bool:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not quiet:
+        print(f"compiling the decode step for batch {batch} (once; cached in {path.parent}) ...",
+              file=sys.stderr, flush=True)
+    t = time.perf_counter()
+    try:
+        build(model, batch, path)
+    except Exception as e:  # Inductor failures come in many types; eager still works
+        with _LOCK:
+            _FAILED.add(key)
+        warnings.warn(f"could not compile the decode step ({type(e).__name__}: {str(e)[:200]}); "
+                      "decoding eagerly", RuntimeWarning, stacklevel=3)
+        return False
+    build_seconds[key] = time.perf_counter() - t
+    return True
 
 
 build_seconds: dict[str, float] = {}
