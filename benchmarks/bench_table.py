@@ -159,7 +159,7 @@ def generate_table() -> list[str]:
     if r.get("compile"):
         out += ["", "Compiled step, first token (build, load, prompt, one step): "
                 + "; ".join(f"{k}: {c['first_token_cold_s']:.0f} s with an empty cache, "
-                            f"{1e3 * c['first_token_warm_s']:,.0f} ms from the disk cache"
+                            f"{c['first_token_warm_s']:.2f} s from the disk cache in a new process"
                             for k, c in r["compile"].items()) + "."]
     return out
 
