@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -312,3 +313,19 @@ def test_real_smoke_code_runs_on_cpu():
     # The GPU path minus the device: catches API drift in the smoke test on machines without a GPU.
     s = Probes().gpu_smoke("cpu", "bf16")
     assert s["ok"] and s["error"] is None and s["autocast_step_ms"] >= 0
+
+
+def test_doctor_says_whether_the_compiled_decode_step_is_available(capsys, monkeypatch, tmp_path):
+    from cadenza.env.doctor import collect, format_report
+
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
+    _, out = run_doctor(capsys, FakeProbes())
+    assert out["report"]["compiled_decode"]["unavailable"] == "CADENZA_NO_COMPILE is set"
+    report = collect(FakeProbes(), smoke=False)
+    assert re.search(r"compiled decode +no: CADENZA_NO_COMPILE is set", format_report(report, [], "auto", None))
+    monkeypatch.delenv("CADENZA_NO_COMPILE")
+    (tmp_path / "decode").mkdir()
+    (tmp_path / "decode" / "step-0123.pt2").write_bytes(b"")
+    cd = collect(FakeProbes(), smoke=False)["compiled_decode"]
+    assert cd["packages"] == 1 and cd["cache"] == str(tmp_path / "decode")
