@@ -19,6 +19,7 @@ import threading
 import time
 import warnings
 import weakref
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +32,7 @@ _LOCK = threading.Lock()
 _BUILD_LOCK = threading.Lock()
 _WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> hash of its weights
 _FAILED: set[str] = set()
+build_seconds: dict[str, float] = {}  # package key -> seconds its build took in this process
 
 
 def cache_dir() -> Path:
@@ -45,19 +47,29 @@ def available() -> str | None:
         return "CADENZA_NO_COMPILE is set"
     if sys.platform == "win32":
         return "not built on Windows"
-    cxx = os.environ.get("CXX") or next((c for c in ("g++", "clang++", "c++") if shutil.which(c)), None)
-    if not cxx or not shutil.which(cxx):
+    if not _compiler(os.environ.get("CXX")):
         return "no C++ compiler (install g++ or clang++)"
     return None
+
+
+@lru_cache(maxsize=None)
+def _compiler(cxx: str | None) -> str | None:
+    """The C++ compiler Inductor will find (searched once per $CXX, not at every generation)."""
+    return shutil.which(cxx) if cxx else next((w for c in ("g++", "clang++", "c++") if (w := shutil.which(c))), None)
 
 
 def package_key(model, batch: int) -> str:
     """A hash of everything the compiled code depends on."""
     h = hashlib.sha256(_weights_hash(model).encode())
     h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
-    h.update(Path(static.__file__).read_bytes())
-    h.update(f"{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
+    h.update(f"{_step_code()}|{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
     return h.hexdigest()[:24]
+
+
+@lru_cache(maxsize=None)
+def _step_code() -> str:
+    """A hash of the step's source, read once: a package built from other code is not reused."""
+    return hashlib.sha256(Path(static.__file__).read_bytes()).hexdigest()
 
 
 def _weights_hash(model) -> str:
@@ -157,18 +169,7 @@ def _build(model, batch: int, path: Path, key: str, quiet: bool) -> bool:
     return True
 
 
-build_seconds: dict[str, float] = {}
-_USED: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def was_used(model) -> bool:
-    """Whether a compiled step was handed out for `model` in this process."""
-    return model in _USED
-
-
 def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> "static.StaticDecoder | None":
     """A `StaticDecoder` on the compiled step, or None where it does not apply."""
     fn = load(model, batch, build_missing=build_missing, quiet=quiet)
-    if fn is not None:
-        _USED.add(model)
     return static.StaticDecoder(model, batch, fn) if fn is not None else None

@@ -89,7 +89,7 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
     dev = next(model.parameters()).device
     t0 = time.time()
     limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
-    all_ids = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens, build_compiled)
+    all_ids, compiled = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens, build_compiled)
     elapsed = time.time() - t0
     scores, stats = [], []
     head = len(prompt) - len(primer)  # the style token and BOS: not music
@@ -101,25 +101,28 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
            "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap,
-           "generation_seconds": elapsed, "compiled": _compiled_used(model, cfg),
+           "generation_seconds": elapsed, "compiled": compiled,
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
     return Generation(scores, all_ids, stats, cfg, run=run)
 
 
 def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
             max_note_seconds: float | None, max_polyphony: int | None, on_tokens=None,
-            build_compiled: bool = True) -> list[list[int]]:
+            build_compiled: bool = True) -> tuple[list[list[int]], bool]:
     """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
-    (`seed`, i), so it is the same whatever the batch size or number of samples."""
+    (`seed`, i), so it is the same whatever the batch size or number of samples. Also returns
+    whether every batch decoded with the compiled step."""
     from tqdm import tqdm
 
     out: list[list[int]] = []
+    compiled = True
     budget = cfg.token_budget()
     batches = list(range(0, cfg.num_samples, cfg.batch_size))
     for k, start in enumerate(batches):
         b = min(cfg.batch_size, cfg.num_samples - start)
         p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
         fast = _fast_decoder(model, cfg, b * (2 if cfg.guidance != 1.0 else 1), build_compiled)
+        compiled = compiled and fast is not None
         desc = f"generate {k + 1}/{len(batches)}" if len(batches) > 1 else "generate"
         # In a log file (no terminal) one line every 30 s, not one per token.
         with tqdm(total=budget, unit="tok", desc=desc, disable=not progress, file=sys.stderr, leave=False,
@@ -129,7 +132,7 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
                                 max_polyphony=max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
                                 stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
                                 guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens), fast=fast)
-    return out
+    return out, compiled and bool(batches)
 
 
 def _fast_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
@@ -139,15 +142,6 @@ def _fast_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
     from cadenza.generation import compiled
 
     return compiled.decoder(model, rows, build_missing=build)
-
-
-def _compiled_used(model, cfg: SamplingConfig) -> bool:
-    """Whether this generation decoded with a compiled step (recorded in generation.json)."""
-    if not (cfg.compile and cfg.use_cache):
-        return False
-    from cadenza.generation import compiled
-
-    return compiled.was_used(model)
 
 
 def _progress(bar, start: int, on_tokens):

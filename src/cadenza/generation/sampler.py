@@ -108,6 +108,7 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     bar, streaming, cancelling).
     """
     model.eval()
+    fast = fast if use_cache else None  # without a cache every step recomputes its window
     b, t0 = prompts.shape
     device = prompts.device
     guided = guidance != 1.0
@@ -119,7 +120,7 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
                                 max_note_seconds=max_note_seconds)
     grammar.observe(prompts)
     window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else model.config.context // 4,
-                     keep=1 if tokenizer.styles else 0, fast=fast if use_cache else None)
+                     keep=1 if tokenizer.styles else 0, fast=fast)
     if fast is not None:
         if fast.cache.k.shape[1] != rows.shape[0] or fast.model is not model:
             raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows of another model call; "

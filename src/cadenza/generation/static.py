@@ -24,10 +24,10 @@ from typing import Callable
 import torch
 from torch import nn
 
-from cadenza.models.attention import KVCache
+from cadenza.models.attention import KVCache, rotate
 
 
-def unsupported(model, batch: int | None = None) -> str | None:
+def unsupported(model) -> str | None:
     """None when `model` can use the compiled step, else the reason it cannot (a short phrase)."""
     cfg = model.config
     p = next(model.parameters())
@@ -46,9 +46,7 @@ def _rope(x: torch.Tensor, pos, inv_freq: torch.Tensor) -> torch.Tensor:
     """`Rotary` at one position; x (B, 1, 2, H, Dh). Same float32 arithmetic as `Rotary.tables`."""
     freqs = torch.full((1,), pos, dtype=torch.float32, device=x.device) * inv_freq
     emb = torch.cat((freqs, freqs))
-    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return rotate(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype))
 
 
 def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):

@@ -150,8 +150,13 @@ class Rotary(nn.Module):
             extra = x.dim() - (seq_dim % x.dim()) - 2
             cos = cos.view(t, *([1] * extra), -1)
             sin = sin.view(t, *([1] * extra), -1)
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+        return rotate(x, cos, sin)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the halves of x's last dimension by angles with these cosines and sines."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 class KVCache:
