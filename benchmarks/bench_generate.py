@@ -92,6 +92,36 @@ def matmul_floor(model, b: int, n: int) -> None:
             torch.nn.functional.linear(x[w.shape[1]], w)
 
 
+@torch.inference_mode()
+def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats: int = 200) -> dict:
+    """Milliseconds per compiled step at two cache lengths (how the step's cost grows with the cache
+    it reads), and the machine's memory bandwidth (a 64 MB copy), the bound on that growth."""
+    from cadenza.generation import compiled
+
+    m = cadenza_model(attention)
+    out: dict = {}
+    for b in batches:
+        fn = compiled.load(m, b, quiet=True)
+        cache = m.new_cache(b)
+        ids = torch.full((b, 1), 5)
+        for n in lengths:
+            k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(repeats // 5):
+                    fn(ids, k, v)
+                times.append((time.perf_counter() - t) / (repeats // 5))
+            out[f"{attention} batch {b}, {n} cached"] = statistics.median(times) * 1e3
+    src = torch.ones(16 * 1024 * 1024)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    t = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    return {"step_ms": out, "copy_gb_per_s": 2 * src.numel() * 4 * 10 / (time.perf_counter() - t) / 1e9}
+
+
 def compile_costs(batches: list[int], attention: list[str]) -> dict:
     """Per (attention, batch): seconds to build the compiled step into an empty cache, and the
     first token's latency (load + prompt + one step) with a cold and with a warm disk cache."""
@@ -169,6 +199,9 @@ def main(argv=None) -> int:
     for k, c in costs.items():
         print(f"compiled step, {k}: first token {c['first_token_cold_s']:.1f} s with an empty cache "
               f"(build included), {c['first_token_warm_s']:.2f} s from the disk cache in a new process")
+    profile = step_profile(a.attention[0], a.batches)
+    print("compiled step: " + ", ".join(f"{k}: {v:.2f} ms" for k, v in profile["step_ms"].items())
+          + f"; memory copy {profile['copy_gb_per_s']:.1f} GB/s")
     runs = contestants(a.new_tokens, a.attention)
     if a.skip_full:
         runs = {k: v for k, v in runs.items() if not k.startswith("full")}
@@ -198,7 +231,7 @@ def main(argv=None) -> int:
     rows = [{"generator": k, "tokens_per_s": {str(b): r[b] for b in r}, "vs_hf": {str(b): r[b] / hf[b] for b in r}}
             for k, r in results.items()]
     write_result(a.out, {"benchmark": "generate", "new_tokens": a.new_tokens, "repeats": a.repeats,
-                         "batches": a.batches, "compile": costs, "rows": rows})
+                         "batches": a.batches, "compile": costs, "step_profile": profile, "rows": rows})
     return 0
 
 
