@@ -92,7 +92,6 @@ def matmul_floor(model, b: int, n: int) -> None:
             torch.nn.functional.linear(x[w.shape[1]], w)
 
 
-@torch.inference_mode()
 def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats: int = 200) -> dict:
     """Milliseconds per compiled step at two cache lengths (how the step's cost grows with the cache
     it reads), and the machine's memory bandwidth (a 64 MB copy), the bound on that growth."""
@@ -102,24 +101,31 @@ def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats:
     out: dict = {}
     for b in batches:
         fn = compiled.load(m, b, quiet=True)
+        if fn is None:
+            raise SystemExit(f"no compiled step for {attention} batch {b}")
         cache = m.new_cache(b)
         ids = torch.full((b, 1), 5)
         for n in lengths:
             k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
+            with torch.inference_mode():  # as in generation
+                fn(ids, k, v)  # warm-up
             times = []
             for _ in range(5):
                 t = time.perf_counter()
-                for _ in range(repeats // 5):
-                    fn(ids, k, v)
+                with torch.inference_mode():
+                    for _ in range(repeats // 5):
+                        fn(ids, k, v)
                 times.append((time.perf_counter() - t) / (repeats // 5))
             out[f"{attention} batch {b}, {n} cached"] = statistics.median(times) * 1e3
     src = torch.ones(16 * 1024 * 1024)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    t = time.perf_counter()
-    for _ in range(10):
-        dst.copy_(src)
-    return {"step_ms": out, "copy_gb_per_s": 2 * src.numel() * 4 * 10 / (time.perf_counter() - t) / 1e9}
+    rates = []
+    for _ in range(6):  # the first round pages the buffers in
+        t = time.perf_counter()
+        for _ in range(10):
+            dst.copy_(src)
+        rates.append(2 * src.numel() * 4 * 10 / (time.perf_counter() - t) / 1e9)  # bytes read + written
+    return {"step_ms": out, "copy_gb_per_s": statistics.median(rates[1:])}
 
 
 def compile_costs(batches: list[int], attention: list[str]) -> dict:

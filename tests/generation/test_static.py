@@ -115,3 +115,13 @@ def test_a_decoder_for_another_batch_size_is_refused():
     m = model("rope")
     with pytest.raises(ValueError, match="rows"):
         generate_ids(m, torch.full((2, 1), TOK.bos_id), 5, TOK, fast=StaticDecoder(m, 1))
+
+
+def test_weights_made_under_inference_mode_still_get_a_package_key():
+    with torch.inference_mode():  # e.g. a model loaded inside a `torch.inference_mode()` block
+        m = model("rope")
+    key = compiled.package_key(m, 1)
+    assert key == compiled.package_key(m, 1)
+    with torch.inference_mode():
+        m.head.weight.add_(1.0)  # no version counter to notice this: the weights are hashed again
+    assert compiled.package_key(m, 1) != key

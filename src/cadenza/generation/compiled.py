@@ -82,9 +82,11 @@ def _step_code() -> str:
 
 def _weights_hash(model) -> str:
     """Hashed once per model object and parameter version: a server asks for every job."""
-    versions = tuple(p._version for p in model.parameters())
+    params = list(model.parameters())
+    # Weights made under inference mode carry no version counter: those are hashed at every call.
+    versions = None if any(p.is_inference() for p in params) else tuple(p._version for p in params)
     cached = _WEIGHTS.get(model)
-    if cached and cached[0] == versions:
+    if versions is not None and cached and cached[0] == versions:
         return cached[1]
     h = hashlib.sha256()
     for name, t in model.state_dict().items():
