@@ -29,11 +29,21 @@ from pathlib import Path
 import httpx
 
 
-def rss_mb(pid: int) -> float:
+def _status(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+        if line.startswith(field + ":"):
+            return float(line.split()[1])
     return float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    return _status(pid, "VmRSS") / 1024
+
+
+def thread_count(pid: int) -> int:
+    """The server's threads: each new one costs its stack and heap, so a count that still grows
+    explains memory that does."""
+    return int(_status(pid, "Threads"))
 
 
 def one_job(base: str, model: str, settings: dict) -> dict:
@@ -94,8 +104,13 @@ def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> di
 
 def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int) -> dict:
     results: list[list[dict]] = [[] for _ in range(rounds)]
-    memory = [rss_mb(pid)]
-    barrier = threading.Barrier(clients, action=lambda: memory.append(rss_mb(pid)))
+    memory, counts = [rss_mb(pid)], [thread_count(pid)]
+
+    def measure() -> None:
+        memory.append(rss_mb(pid))
+        counts.append(thread_count(pid))
+
+    barrier = threading.Barrier(clients, action=measure)
 
     def client(k: int) -> None:
         for r in range(rounds):
@@ -121,6 +136,7 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
             "first_note_p50": firsts[len(firsts) // 2] if firsts else None,
             "first_note_p95": firsts[min(len(firsts) - 1, int(0.95 * len(firsts)))] if firsts else None,
             "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory,
+            "threads_before_and_after_each_round": counts,
             "rss_growth_after_first_round_mb": memory[-1] - memory[1]}
 
 
@@ -162,7 +178,8 @@ def main(argv=None) -> int:
           f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
           f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; "
           f"RSS MB {[round(m, 1) for m in many['rss_mb_before_and_after_each_round']]} "
-          f"({many['rss_growth_after_first_round_mb']:+.1f} MB after the first round)")
+          f"({many['rss_growth_after_first_round_mb']:+.1f} MB after the first round); "
+          f"threads {many['threads_before_and_after_each_round']}")
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -163,7 +163,7 @@ def generate_table() -> list[str]:
     if r.get("step_profile"):
         p = r["step_profile"]
         out += ["", "Compiled step alone: " + "; ".join(f"{k}: {v:.2f} ms" for k, v in p["step_ms"].items())
-                + f". Memory bandwidth (a 64 MB copy): {p['copy_gb_per_s']:.1f} GB/s."]
+                + f". Memory bandwidth (a 64 MB copy, bytes read and written): {p['copy_gb_per_s']:.1f} GB/s."]
     return out
 
 
