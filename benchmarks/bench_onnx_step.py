@@ -1,7 +1,7 @@
 """The compiled decode step (AOTInductor) against the same step exported to ONNX Runtime, in one run.
 
     pip install onnxruntime onnx onnxscript
-    python benchmarks/bench_onnx_step.py --out benchmarks/results/generate/onnx-step.json
+    python benchmarks/bench_onnx_step.py --out benchmarks/results/onnx/onnx-step.json
 
 Issue 16 asked to measure ONNX Runtime as the alternative backend for the static decode step. Both
 run `cadenza.generation.static.DecodeStep` (the bench_generate model size, untrained weights), the

@@ -167,6 +167,21 @@ def generate_table() -> list[str]:
     return out
 
 
+def onnx_table() -> list[str]:
+    if (found := newest("onnx")) is None:
+        return missing("benchmarks/results/onnx/")
+    path, r = found
+    names = list(r["results"][0]["rows"][0]["ms"])
+    out = ["| step | " + " | ".join(f"{n}, ms" for n in names) + " | largest logit error (ONNX Runtime) |",
+           "|---|" + "---:|" * len(names) + "---:|"]
+    for res in r["results"]:
+        for row in res["rows"]:
+            err = max(v for k, v in row["max_abs_error"].items() if k.startswith("onnx"))
+            out.append(f"| {res['attention']}, batch {res['batch']}, {row['cached']} cached | "
+                       + " | ".join(f"{row['ms'][n]:.2f}" for n in names) + f" | {err:.1e} |")
+    return out + ["", f"ONNX Runtime {r['onnxruntime']}, median of 5 x 40 calls.", "", provenance(path, r)]
+
+
 def serve_table() -> list[str]:
     if (found := newest("serve")) is None:
         return missing("benchmarks/results/serve/")
@@ -254,7 +269,7 @@ def runs_table() -> list[str]:
 
 
 TABLES = {"tokenize": tokenize_table, "train": train_table, "train-memory": memory_table,
-          "generate": generate_table, "serve": serve_table, "polyphonic-summary": summary_table,
+          "generate": generate_table, "onnx": onnx_table, "serve": serve_table, "polyphonic-summary": summary_table,
           "polyphonic-runs": runs_table}
 
 

@@ -162,7 +162,11 @@ def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) 
 class _Runner:
     """Calls a compiled package's C++ runner directly with the step's three tensors. PyTorch's
     Python wrapper (`aoti_load_package`) imports Inductor (about 1 s) and rebuilds its input and
-    output tree specs at every call (~40 us a token); the step's signature never changes."""
+    output tree specs at every call (~40 us a token); the step's signature never changes.
+
+    The caches must be views of a full-context `KVCache` made like the build's (as `StaticDecoder`
+    passes them): the compiled kernels index with the strides seen at build time and check nothing,
+    so a contiguous copy of a slice would be read wrongly (found when benchmarking ONNX Runtime)."""
 
     def __init__(self, loader):
         self.loader = loader
