@@ -36,8 +36,8 @@ _FAILED: set[str] = set()
 build_seconds: dict[str, float] = {}  # package key -> seconds its build took in this process
 # freezing: the weights become constants, so the linear layers can use prepacked kernels.
 # max_autotune with the CPP backend: Inductor times its own AVX-512/AVX2 GEMM micro-kernels against
-# oneDNN for each linear layer and keeps the faster; at one row per token its kernels took a third of
-# oneDNN's time (0.24 vs 0.75 ms a step, rope, batch 1), for about 20 s more compile time, once.
+# oneDNN for each linear layer and keeps the faster. At one row per token its kernels win by a wide
+# margin (docs/benchmarks.md, "Generation speed"), for about 20 s more compile time, once.
 INDUCTOR_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                     "max_autotune_report_choices_stats": False}
 
