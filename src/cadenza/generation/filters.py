@@ -8,7 +8,7 @@ import torch
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature <= 0:
         raise ValueError("temperature must be > 0 (use top_k=1 for greedy decoding)")
-    return logits / temperature
+    return logits if temperature == 1.0 else logits / temperature  # x / 1 is x: skip the operator
 
 
 def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:

@@ -125,8 +125,8 @@ class StaticDecoder:
         if n >= c.max_len:
             raise RuntimeError(f"KV cache full ({c.max_len} positions); slide the window first")
         # A compiled package assumes contiguous ids: a strided column of a wider buffer gave wrong rows.
-        logits, k, v = self._step(ids.contiguous(), c.k[:, :, :, :n], c.v[:, :, :, :n])
-        c.k[:, :, :, n] = k
-        c.v[:, :, :, n] = v
+        logits, k, v = self._step(ids.contiguous(), c.k.narrow(3, 0, n), c.v.narrow(3, 0, n))
+        c.k.select(3, n).copy_(k)
+        c.v.select(3, n).copy_(v)
         c.pos = n + 1
         return logits

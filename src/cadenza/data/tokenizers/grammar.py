@@ -72,14 +72,17 @@ class PerformanceGrammar(SpecialsOnly):
                 self.clock = self.clock + torch.where(is_shift, x - self.tok.shift_offset + 1, 0)
 
     def allowed(self) -> torch.Tensor:
-        m = self.base.repeat(self.batch, 1)
+        # narrow().copy_() rather than slice assignment, and clone() rather than repeat(): this runs
+        # at every token, where each operator's fixed cost, not the work, is what shows
+        m = self.base.expand(self.batch, -1).clone()
         on = ~self.sounding
         if self.max_polyphony is not None:
             full = self.sounding.sum(1, keepdim=True) >= self.max_polyphony
             on = on & ~full
-        m[:, self.on0:self.on0 + 128] = on
-        m[:, self.off0:self.off0 + 128] = self.sounding & ~self.fresh
-        m[:, self.tok.eos_id] = ~self.sounding.any(1) & self.allow_eos
+        m.narrow(1, self.on0, 128).copy_(on)
+        m.narrow(1, self.off0, 128).copy_(self.sounding & ~self.fresh)
+        if self.allow_eos:  # otherwise EOS is already off in `base`
+            m[:, self.tok.eos_id] = ~self.sounding.any(1)
         if self.max_steps is not None:
             left = torch.where(self.sounding, self.max_steps - (self.clock - self.onset), self.max_steps)
             room = left.min(1, keepdim=True).values  # steps until the first note is due
