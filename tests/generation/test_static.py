@@ -125,3 +125,15 @@ def test_weights_made_under_inference_mode_still_get_a_package_key():
     with torch.inference_mode():
         m.head.weight.add_(1.0)  # no version counter to notice this: the weights are hashed again
     assert compiled.package_key(m, 1) != key
+
+
+@pytest.mark.slow
+def test_a_build_autotunes_without_printing_inductors_tables(built, capfd, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # no autotuning results from earlier builds
+    torch.manual_seed(0)  # layers as wide as the shipped models': Inductor autotunes these
+    m = build_model(ModelConfig(attention="rope", vocab_size=TOK.vocab_size, d_model=256, n_layers=1, n_heads=4,
+                                d_ff=1024, context=64, dropout=0.0)).eval()
+    capfd.readouterr()
+    assert compiled.decoder(m, 1, quiet=True) is not None
+    err = capfd.readouterr().err
+    assert "AUTOTUNE" not in err and "Autotune Choices" not in err, err[-500:]
