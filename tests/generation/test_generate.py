@@ -134,3 +134,25 @@ def test_end_to_end_prepare_train_generate_evaluate(midi_folder, tmp_path):
                  "--split", "valid", "--json", str(tmp_path / "nll.json")]) == 0
     rep = json.loads((tmp_path / "nll.json").read_text())["nll"]
     assert rep["tokens"] > 0 and rep["nll_bits"] == pytest.approx(rep["nll_nats"] / np.log(2))
+
+
+def test_tokens_per_second_leaves_out_getting_the_compiled_step(studio_runs, monkeypatch):
+    """A first run builds the compiled step (tens of seconds): that is recorded, not counted as
+    decoding time, or `cadenza generate` would report a few tokens per second."""
+    import time
+
+    from cadenza.generation import generate as gen
+    from cadenza.generation.config import SamplingConfig
+    from cadenza.studio.registry import Registry
+
+    def slow_build(*args):
+        time.sleep(0.5)
+        return None  # then decode eagerly
+
+    monkeypatch.setattr(gen, "_fast_decoder", slow_build)
+    model, meta = Registry(studio_runs).load("run:tiny")
+    g = gen.sample(model, meta, SamplingConfig(max_tokens=30, num_samples=2, batch_size=1, stop_at_eos=False))
+    run = g.run
+    assert run["compile_seconds"] >= 1.0  # two batches, one lookup each
+    tokens = sum(s["tokens"] for s in g.stats)
+    assert run["tokens_per_s"] == pytest.approx(tokens / (run["generation_seconds"] - run["compile_seconds"]))

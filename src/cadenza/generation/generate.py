@@ -89,7 +89,7 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
     dev = next(model.parameters()).device
     t0 = time.time()
     limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
-    all_ids, compiled = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens, build_compiled)
+    all_ids, compiled, setup = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens, build_compiled)
     elapsed = time.time() - t0
     scores, stats = [], []
     head = len(prompt) - len(primer)  # the style token and BOS: not music
@@ -101,27 +101,31 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
     run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
            "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap,
-           "generation_seconds": elapsed, "compiled": compiled,
-           "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed, 1e-9)}
+           "generation_seconds": elapsed, "compiled": compiled, "compile_seconds": setup,
+           # decoding speed: a first run's build of the compiled step is not decoding
+           "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed - setup, 1e-9)}
     return Generation(scores, all_ids, stats, cfg, run=run)
 
 
 def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
             max_note_seconds: float | None, max_polyphony: int | None, on_tokens=None,
-            build_compiled: bool = True) -> tuple[list[list[int]], bool]:
+            build_compiled: bool = True) -> tuple[list[list[int]], bool, float]:
     """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
     (`seed`, i), so it is the same whatever the batch size or number of samples. Also returns
-    whether every batch decoded with the compiled step."""
+    whether every batch decoded with the compiled step, and the seconds spent getting it (a build
+    on the first run, a load from the disk cache after)."""
     from tqdm import tqdm
 
     out: list[list[int]] = []
-    compiled = True
+    compiled, setup = True, 0.0
     budget = cfg.token_budget()
     batches = list(range(0, cfg.num_samples, cfg.batch_size))
     for k, start in enumerate(batches):
         b = min(cfg.batch_size, cfg.num_samples - start)
         p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
+        t = time.time()
         fast = _fast_decoder(model, cfg, b * (2 if cfg.guidance != 1.0 else 1), build_compiled)
+        setup += time.time() - t
         compiled = compiled and fast is not None
         desc = f"generate {k + 1}/{len(batches)}" if len(batches) > 1 else "generate"
         # In a log file (no terminal) one line every 30 s, not one per token.
@@ -132,7 +136,7 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
                                 max_polyphony=max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
                                 stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
                                 guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens), fast=fast)
-    return out, compiled and bool(batches)
+    return out, compiled and bool(batches), setup
 
 
 def _fast_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
