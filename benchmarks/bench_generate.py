@@ -92,6 +92,19 @@ def matmul_floor(model, b: int, n: int) -> None:
             torch.nn.functional.linear(x[w.shape[1]], w)
 
 
+def median_ms(fn, calls: int = 40, rounds: int = 5, warm_up: int = 10) -> float:
+    """Milliseconds per call of `fn`: the median over `rounds` rounds of `calls` calls."""
+    for _ in range(warm_up):
+        fn()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t) / calls * 1e3)
+    return statistics.median(times)
+
+
 def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats: int = 200) -> dict:
     """Milliseconds per compiled step at two cache lengths (how the step's cost grows with the cache
     it reads), and the machine's memory bandwidth (a 64 MB copy), the bound on that growth."""
@@ -108,15 +121,8 @@ def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats:
         for n in lengths:
             k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
             with torch.inference_mode():  # as in generation
-                fn(ids, k, v)  # warm-up
-            times = []
-            for _ in range(5):
-                t = time.perf_counter()
-                with torch.inference_mode():
-                    for _ in range(repeats // 5):
-                        fn(ids, k, v)
-                times.append((time.perf_counter() - t) / (repeats // 5))
-            out[f"{attention} batch {b}, {n} cached"] = statistics.median(times) * 1e3
+                out[f"{attention} batch {b}, {n} cached"] = median_ms(lambda: fn(ids, k, v), calls=repeats // 5,
+                                                                      warm_up=1)
     src = torch.ones(16 * 1024 * 1024)
     dst = torch.empty_like(src)
     rates = []

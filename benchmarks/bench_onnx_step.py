@@ -18,7 +18,6 @@ favours ONNX Runtime.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from bench_generate import cadenza_model
+from bench_generate import cadenza_model, median_ms
 
 
 def export(step, args, context: int, path: Path) -> float:
@@ -48,17 +47,6 @@ def session(path: Path, spinning: bool):
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
-
-def median_ms(fn, calls: int = 40, rounds: int = 5) -> float:
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t) / calls * 1e3)
-    return statistics.median(times)
 
 
 @torch.inference_mode()
@@ -90,10 +78,8 @@ def measure(attention: str, batch: int, lengths: list[int], folder: Path) -> dic
         row = {"cached": n, "ms": {}, "max_abs_error": {}}
         contestants = {"aotinductor": lambda: fn(ids, k, v)}
         contestants.update({name: (lambda s=s: s.run(None, feed)) for name, s in sessions.items()})
-        row["max_abs_error"]["aotinductor"] = (fn(ids, k, v)[0] - ref).abs().max().item()
-        for name, s in sessions.items():
-            row["max_abs_error"][name] = (torch.from_numpy(s.run(None, feed)[0]) - ref).abs().max().item()
-        for name, call in contestants.items():
+        for name, call in contestants.items():  # logits first: a tensor (AOTInductor) or an array (ORT)
+            row["max_abs_error"][name] = (torch.as_tensor(call()[0]) - ref).abs().max().item()
             row["ms"][name] = median_ms(call)
         rows.append(row)
         print(f"{attention} batch {batch}, {n} cached: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items()))

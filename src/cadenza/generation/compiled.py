@@ -127,15 +127,14 @@ def _quiet_autotune():
     user waiting on `cadenza generate`. The switch is a module global, restored afterwards."""
     import torch._inductor.select_algorithm as sa
 
-    before = getattr(sa, "PRINT_AUTOTUNE", None)
+    before = getattr(sa, "PRINT_AUTOTUNE", True)
     sa.PRINT_AUTOTUNE = False
     try:
         with warnings.catch_warnings():  # and its benchmarking calls a deprecated storage API
             warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
             yield
     finally:
-        if before is not None:
-            sa.PRINT_AUTOTUNE = before
+        sa.PRINT_AUTOTUNE = before
 
 
 def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> Callable | None:

@@ -122,9 +122,11 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else model.config.context // 4,
                      keep=1 if tokenizer.styles else 0, fast=fast)
     if fast is not None:
-        if fast.cache.k.shape[1] != rows.shape[0] or fast.model is not model:
-            raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows of another model call; "
-                             f"this call has {rows.shape[0]} rows")
+        if fast.model is not model:
+            raise ValueError("the fast decoder was made for another model")
+        if fast.cache.k.shape[1] != rows.shape[0]:
+            raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows; this call has {rows.shape[0]} "
+                             "(guidance doubles the rows)")
         fast.reset()
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
     seq = torch.full((rows.shape[0], t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)

@@ -8,10 +8,9 @@ folder, named by the server: it is the history a reloaded page lists again.
 
 from __future__ import annotations
 
-import sys
-
 import json
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
