@@ -52,7 +52,13 @@ def _rope(x: torch.Tensor, pos, inv_freq: torch.Tensor) -> torch.Tensor:
 def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
     """One layer's attention of the new token (at position n) over the n cached keys kc, vc
     (B, H, n, Dh). Returns the layer's output and the new key and value (B, H, Dh). The new key is
-    scored beside the cache rather than written into it, so the function updates nothing in place."""
+    scored beside the cache rather than written into it, so the function updates nothing in place.
+
+    Scores and the weighted sum are written as products and sums, not matmuls, so Inductor fuses
+    each into one loop over the cache. With relative attention, cache slot j sits at distance n - j
+    and q . k_j + q . E[n - j] = q . (k_j + E[n - j]): the distance embeddings are read in the same
+    loop as the keys, for the n distances in use. Computing q . E for the whole context as a separate
+    matrix product measured 20-25% slower per step (batch 1 and 8)."""
     b, _, d = h.shape
     n = kc.shape[2]
     qkv = attn.qkv(h).view(b, 1, 3, attn.n_heads, attn.head_dim)
@@ -60,15 +66,16 @@ def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
         qkv = torch.cat((_rope(qkv[:, :, :2], n, attn.rotary.inv_freq), qkv[:, :, 2:]), dim=2)
     q, k, v = qkv[:, 0].unbind(1)  # each (B, H, Dh)
     q = q * attn.head_dim ** -0.5
-    scores = torch.matmul(kc, q.unsqueeze(-1)).squeeze(-1)  # (B, H, n): the cache read in its layout
-    self_score = (q * k).sum(-1, keepdim=True)
     if attn.scheme == "relative":
-        # q . E[d] for every distance d; cache slot j is at distance n - j, the new token at 0.
-        qe = torch.matmul(attn.rel.to(q.dtype), q.permute(1, 2, 0)).permute(2, 0, 1)  # (B, H, context)
-        scores = scores + qe.index_select(-1, torch.arange(n, 0, -1, device=h.device))
-        self_score = self_score + qe[..., :1]
+        rel = attn.rel.to(q.dtype)  # (H, context, Dh); row d: distance d
+        kc = kc + rel.index_select(1, torch.arange(n, 0, -1, device=h.device))
+        k_self = k + rel[:, 0]
+    else:
+        k_self = k
+    scores = (kc * q.unsqueeze(2)).sum(-1)  # (B, H, n): the cache read in its layout
+    self_score = (q * k_self).sum(-1, keepdim=True)
     probs = torch.softmax(torch.cat((scores, self_score), -1), dim=-1)
-    y = torch.matmul(probs[..., :-1].unsqueeze(-2), vc).squeeze(-2) + probs[..., -1:] * v
+    y = (probs[..., :-1].unsqueeze(-1) * vc).sum(-2) + probs[..., -1:] * v
     return attn.proj(y.reshape(b, 1, d)), k, v
 
 
