@@ -7,7 +7,10 @@ Starts the server (its own process, its own data folder, 127.0.0.1), then
    factor) and the time from the request to the first streamed note;
 2. 16 clients at once, each making 4 generations one after another (each style in turn): latency
    from request to the finished result (p50, p95), jobs per second, errors, time to the first note,
-   and the server's memory (RSS) before, and after each round of 16.
+   and the server's memory (RSS, and its anonymous and file-backed parts) before, and after each
+   round of 16.
+Both start once the server's compiled decode step is ready (its build after a code change is waited
+for, and the wait recorded).
 Prints a table and writes the result JSON (with the CPU, its flags and the versions).
 """
 
@@ -38,6 +41,13 @@ def _status(pid: int, field: str) -> float:
 
 def rss_mb(pid: int) -> float:
     return _status(pid, "VmRSS") / 1024
+
+
+def rss_parts_mb(pid: int) -> dict[str, float]:
+    """Resident memory by kind: anonymous (the heap, thread stacks: what a leak grows) and file
+    (code and data of mapped files, paged in as code paths are first used: it settles, and the
+    system can drop it)."""
+    return {kind: _status(pid, f"Rss{kind}") / 1024 for kind in ("Anon", "File", "Shmem")}
 
 
 def thread_count(pid: int) -> int:
@@ -93,6 +103,18 @@ def start_server(port: int, data: str, runs: str | None) -> subprocess.Popen:
     return proc
 
 
+def wait_for_compiled_step(base: str, limit: float = 600) -> tuple[str, float]:
+    """Wait until the server's background warm-up has built or loaded the compiled decode step:
+    measured before, the figures would be of eager decoding beside a compiler (after a code or
+    PyTorch change the package is rebuilt, about 20 s a shape). -> (its status, seconds waited)."""
+    t0 = time.time()
+    while True:
+        state = httpx.get(f"{base}/api/health", timeout=5).json().get("compiled_step", "off")
+        if state != "building" or time.time() - t0 > limit:
+            return state, time.time() - t0
+        time.sleep(0.5)
+
+
 def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> dict:
     runs = [one_job(base, model, {"seconds": seconds, "seed": i, "stop_at_eos": False,
                                   **({"style": styles[i % len(styles)]} if styles else {})}) for i in range(n)]
@@ -104,10 +126,11 @@ def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> di
 
 def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int) -> dict:
     results: list[list[dict]] = [[] for _ in range(rounds)]
-    memory, counts = [rss_mb(pid)], [thread_count(pid)]
+    memory, parts, counts = [rss_mb(pid)], [rss_parts_mb(pid)], [thread_count(pid)]
 
     def measure() -> None:
         memory.append(rss_mb(pid))
+        parts.append(rss_parts_mb(pid))
         counts.append(thread_count(pid))
 
     barrier = threading.Barrier(clients, action=measure)
@@ -137,6 +160,9 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
             "first_note_p95": firsts[min(len(firsts) - 1, int(0.95 * len(firsts)))] if firsts else None,
             "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory,
             "threads_before_and_after_each_round": counts,
+            "rss_parts_mb_before_and_after_each_round": parts,
+            "anon_growth_after_first_round_mb": parts[-1]["Anon"] - parts[1]["Anon"],
+            "file_growth_after_first_round_mb": parts[-1]["File"] - parts[1]["File"],
             "rss_growth_after_first_round_mb": memory[-1] - memory[1]}
 
 
@@ -160,6 +186,7 @@ def main(argv=None) -> int:
         server = start_server(port, data, a.runs)
         base = f"http://127.0.0.1:{port}"
         try:
+            compiled_step, warm_wait = wait_for_compiled_step(base)
             styles = next(m["styles"] for m in httpx.get(f"{base}/api/models").json() if m["id"] == a.model)
             one = solo(base, a.model, styles, a.seconds, a.solo)
             many = crowd(base, a.model, styles, a.seconds, a.clients, a.rounds, server.pid)
@@ -167,12 +194,14 @@ def main(argv=None) -> int:
             server.terminate()
             server.wait(timeout=30)
     result = {"model": a.model, "clients": a.clients, "rounds": a.rounds, "seconds_per_job": a.seconds,
-              "server_start_seconds": server.start_seconds, "solo": one, "crowd": many,
+              "server_start_seconds": server.start_seconds, "compiled_step": compiled_step,
+              "waited_for_compiled_step_seconds": warm_wait, "solo": one, "crowd": many,
               "load_average_at_start": load_before, "cpu": cpu_info(),
               "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
               "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
               "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
-    print(f"server start {server.start_seconds:.1f} s; batch 1: {one['realtime_factor_median']:.1f}x real time, "
+    print(f"server start {server.start_seconds:.1f} s; compiled step {compiled_step} {warm_wait:.0f} s later")
+    print(f"batch 1: {one['realtime_factor_median']:.1f}x real time, "
           f"first note {one['first_note_median'] * 1000:.0f} ms")
     print(f"{many['jobs']} jobs from {a.clients} clients: p50 {many['latency_p50']:.2f} s, p95 "
           f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "

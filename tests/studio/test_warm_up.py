@@ -12,8 +12,21 @@ from cadenza.studio.runner import warm_up
 def test_warm_up_does_nothing_when_compiling_is_off(studio_runs, monkeypatch, tmp_path):
     monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
     monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    warm_up(Registry(studio_runs), "run:tiny")
+    status = {}
+    warm_up(Registry(studio_runs), "run:tiny", status=status)
     assert not (tmp_path / "decode").exists()
+    assert status["compiled_step"].startswith("eager: ")  # /api/health says why, so nobody waits for it
+
+
+def test_a_failed_warm_up_says_decoding_stays_eager_and_keeps_the_server(studio_runs, monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    if compiled.available():
+        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+    status = {}
+    warm_up(Registry(studio_runs), "run:no-such-run", status=status)
+    assert status["compiled_step"].startswith("eager: ")
+    assert "decoding eagerly" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -23,7 +36,9 @@ def test_warm_up_builds_the_page_shapes_and_jobs_then_use_them(studio_runs, monk
     if compiled.available():
         pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
     registry = Registry(studio_runs)
-    warm_up(registry, "run:tiny", rows=(1,))
+    status = {}
+    warm_up(registry, "run:tiny", rows=(1,), status=status)
+    assert status == {"compiled_step": "ready"}
     assert len(list((tmp_path / "decode").glob("step-*.pt2"))) == 1
     model, _ = registry.load("run:tiny")
     assert compiled.decoder(model, 1, build_missing=False) is not None  # ready for a one-row job

@@ -58,6 +58,7 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     jobs = JobQueue(Runner(registry, data), limits.max_queued, limits.max_running, limits.keep_finished)
     app = FastAPI(title="cadenza studio", description="Generate, hear, see and continue music (docs/studio.md).")
     app.state.jobs, app.state.registry, app.state.limits, app.state.data = jobs, registry, limits, data
+    app.state.warm = {"compiled_step": "off"}  # `cadenza serve` starts the warm-up that updates it
     static = Path(str(resources.files("cadenza.studio") / "static"))
     app.mount("/static", StaticFiles(directory=static), name="static")
 
@@ -90,9 +91,9 @@ def _model_routes(app: FastAPI, registry: Registry) -> None:
                         "doc": f.metadata.get("doc", "")})
         return out
 
-    @app.get("/api/health")
+    @app.get("/api/health", summary="Up; jobs running; the compiled decode step: off, building, ready or eager")
     def health() -> dict:
-        return {"ok": True, "running": app.state.jobs.running()}
+        return {"ok": True, "running": app.state.jobs.running(), **app.state.warm}
 
 
 def _upload_routes(app: FastAPI, data: Path, limits: Limits) -> None:

@@ -158,16 +158,26 @@ def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
 WARM_ROWS = (2, 1)
 
 
-def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS) -> None:
+def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | None = None) -> None:
     """Build (or load from the disk cache) the compiled decode step of `model_id` for the page's
-    common batch shapes, in the background; jobs decode eagerly until it is ready."""
+    common batch shapes, in the background; jobs decode eagerly until it is ready. `status`
+    ("compiled_step", shown by /api/health) goes building -> ready, or says why decoding stays eager:
+    a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores)."""
     from cadenza.generation import compiled
 
+    status = status if status is not None else {}
     if compiled.available():
+        status["compiled_step"] = f"eager: {compiled.available()}"
         return
+    status["compiled_step"] = "building"
     try:
         model, _ = registry.load(model_id)
         for r in rows:
-            compiled.load(model, r, quiet=True)
+            if compiled.load(model, r, quiet=True) is None:
+                status["compiled_step"] = f"eager: no compiled step for {r} rows (see the server's log)"
+                return
     except Exception as e:  # a warm-up failure costs speed, never the server
+        status["compiled_step"] = f"eager: {type(e).__name__}"
         print(f"studio: no compiled decode step ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
+        return
+    status["compiled_step"] = "ready"

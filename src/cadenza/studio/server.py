@@ -44,8 +44,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
         from cadenza.models.zoo import DEFAULT
         from cadenza.studio.runner import warm_up
 
-        threading.Thread(target=warm_up, args=(app.state.registry, DEFAULT), name="compile-warm-up",
-                         daemon=True).start()
+        threading.Thread(target=warm_up, args=(app.state.registry, DEFAULT), kwargs={"status": app.state.warm},
+                         name="compile-warm-up", daemon=True).start()
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
           f"(API docs at /docs; data in {folder}; Ctrl-C to stop)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
