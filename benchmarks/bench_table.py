@@ -150,9 +150,13 @@ def generate_table() -> list[str]:
     for row in r["rows"]:
         out.append(f"| {row['generator']} | " + " | ".join(
             f"{row['tokens_per_s'][b]:,.0f} | {row['vs_hf'][b]:.2f}x" for b in batches) + " |")
-    cadenza = [row for row in r["rows"] if row["generator"].startswith("cadenza")]
-    best = {b: max(row["vs_hf"][b] for row in cadenza) for b in batches}
-    verdict = "; ".join(f"batch {b}: {met(v >= GENERATE_GOAL)} (best {v:.2f}x)" for b, v in best.items())
+    # The goal is the fast path's, judged for each attention it serves (the shipped models use
+    # relative attention), not for the best row alone.
+    fast = [row for row in r["rows"] if row["generator"].startswith("cadenza") and "compiled" in row["generator"]]
+    fast = fast or [row for row in r["rows"] if row["generator"].startswith("cadenza")]  # files from before it
+    verdict = "; ".join(f"batch {b}: " + ", ".join(
+        f"{row['generator'].removeprefix('cadenza ')} {met(row['vs_hf'][b] >= GENERATE_GOAL)} ({row['vs_hf'][b]:.2f}x)"
+        for row in fast) for b in batches)
     out += ["", provenance(path, r), "", f"{r['new_tokens']} new tokens, median of {r['repeats']} repeats. "
             f"Goal: >= {GENERATE_GOAL:.0f}x HF at batch " + " and ".join(batches) + f". {verdict}."]
     if r.get("compile"):
