@@ -55,21 +55,32 @@ class PerformanceGrammar(SpecialsOnly):
         self.clock = torch.zeros(batch, 1, dtype=torch.long, device=device)  # steps since the start
         self.onset = torch.zeros(batch, 128, dtype=torch.long, device=device)
         self.on0, self.off0 = tok.note_on_offset, tok.note_off_offset
+        self._tables(tok, device)
+
+    def _tables(self, tok, device) -> None:
+        """What each token does to the state, one row per token id: observing a token is then a
+        few row lookups instead of a dozen comparisons (it runs at every sampled token, where each
+        operator's fixed cost is what shows)."""
+        ids = torch.arange(tok.vocab_size, device=device)[:, None]
+        pitch = torch.zeros(tok.vocab_size, 128, dtype=torch.bool, device=device).scatter_(1, ids % 128, True)
+        is_on = ids < self.off0
+        is_off = (ids >= self.off0) & (ids < self.off0 + 128)
+        is_shift = (ids >= tok.shift_offset) & (ids < tok.velocity_offset)
+        self._starts = pitch & is_on  # (V, 128): the pitch a note-on starts
+        self._keeps = ~(pitch & is_off)  # (V, 128): every pitch but the one a note-off releases
+        self._unshifted = ~is_shift  # (V, 1): a time shift ends every note's first step
+        self._advance = torch.where(is_shift, ids - tok.shift_offset + 1, 0)  # (V, 1): time steps
 
     def observe(self, ids: torch.Tensor) -> None:
         ids = ids.view(self.batch, -1)
         for t in range(ids.shape[1]):  # prompts are short; steps are one token
-            x = ids[:, t:t + 1]
-            # one-hot of the pitch of each row's token, kept only for note-ons / note-offs
-            hit = torch.zeros_like(self.sounding).scatter_(1, x % 128, True)
-            on = hit & (x < self.off0)
-            off = hit & (x >= self.off0) & (x < self.off0 + 128)
-            is_shift = (x >= self.tok.shift_offset) & (x < self.tok.velocity_offset)
-            self.sounding = (self.sounding | on) & ~off
-            self.fresh = (self.fresh | on) & ~is_shift
+            x = ids[:, t]
+            on = self._starts.index_select(0, x)
+            self.sounding = (self.sounding | on) & self._keeps.index_select(0, x)
+            self.fresh = (self.fresh | on) & self._unshifted.index_select(0, x)
             if self.max_steps is not None:
                 self.onset = torch.where(on, self.clock, self.onset)
-                self.clock = self.clock + torch.where(is_shift, x - self.tok.shift_offset + 1, 0)
+                self.clock = self.clock + self._advance.index_select(0, x)
 
     def allowed(self) -> torch.Tensor:
         # narrow().copy_() rather than slice assignment, and clone() rather than repeat(): this runs
