@@ -44,9 +44,9 @@ def rss_mb(pid: int) -> float:
 
 
 def rss_parts_mb(pid: int) -> dict[str, float]:
-    """Resident memory by kind: anonymous (the heap, thread stacks: what a leak grows) and file
-    (code and data of mapped files, paged in as code paths are first used: it settles, and the
-    system can drop it)."""
+    """Resident memory by kind: anonymous (the heap, thread stacks: what a leak grows), file (code
+    and data of mapped files, paged in as code paths are first used: it settles, and the system can
+    drop it) and shared memory."""
     return {kind: _status(pid, f"Rss{kind}") / 1024 for kind in ("Anon", "File", "Shmem")}
 
 
@@ -88,7 +88,11 @@ def start_server(port: int, data: str, runs: str | None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", data]
     if runs:
         cmd += ["--runs", runs]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    # The server's log goes to a file in its data folder: a pipe nobody reads while it runs would
+    # block the server once its buffer filled (a build's warnings, a stack of failed jobs).
+    log = open(Path(data) / "server.log", "w+")
+    proc = subprocess.Popen(cmd, stderr=log, text=True)
+    proc.log = log
     t0 = time.time()
     while True:
         try:
@@ -97,7 +101,8 @@ def start_server(port: int, data: str, runs: str | None) -> subprocess.Popen:
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.time() - t0 > 120:
-            raise RuntimeError(f"the server did not start: {proc.stderr.read()[-500:]}")
+            log.seek(0)
+            raise RuntimeError(f"the server did not start: {log.read()[-500:]}")
         time.sleep(0.1)
     proc.start_seconds = time.time() - t0
     return proc
@@ -177,6 +182,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the result JSON here")
     a = ap.parse_args(argv)
     from cadenza.env.record import cpu_info, git_commit, library_versions
+    from cadenza.models.zoo import DEFAULT
 
     load_before = os.getloadavg()[0]  # other work on the machine slows every figure but memory
     with socket.socket() as s:
@@ -187,12 +193,19 @@ def main(argv=None) -> int:
         base = f"http://127.0.0.1:{port}"
         try:
             compiled_step, warm_wait = wait_for_compiled_step(base)
+            if compiled_step != "ready":
+                print(f"warning: the server's compiled decode step is {compiled_step!r}: the figures are of "
+                      "eager decoding", file=sys.stderr)
+            if a.model != DEFAULT:
+                print(f"warning: the server warms up only its default model; {a.model} may decode eagerly "
+                      "while its compiled step is built during the run", file=sys.stderr)
             styles = next(m["styles"] for m in httpx.get(f"{base}/api/models").json() if m["id"] == a.model)
             one = solo(base, a.model, styles, a.seconds, a.solo)
             many = crowd(base, a.model, styles, a.seconds, a.clients, a.rounds, server.pid)
         finally:
             server.terminate()
             server.wait(timeout=30)
+            server.log.close()
     result = {"model": a.model, "clients": a.clients, "rounds": a.rounds, "seconds_per_job": a.seconds,
               "server_start_seconds": server.start_seconds, "compiled_step": compiled_step,
               "waited_for_compiled_step_seconds": warm_wait, "solo": one, "crowd": many,

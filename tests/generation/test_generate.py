@@ -82,28 +82,34 @@ def test_constrained_decoding_never_produces_an_invalid_event():
             assert TOK.pad_id not in s and TOK.bos_id not in s
 
 
-def test_the_grammar_state_follows_every_token_as_the_rules_say():
+@pytest.mark.parametrize("styled", [False, True])
+def test_the_grammar_state_follows_every_token_as_the_rules_say(styled):
     """Golden test of `observe` (which looks each token's effect up in per-token tables) against
-    the rules written out: random tokens from the whole vocabulary, specials included."""
+    the rules written out: random tokens from the whole vocabulary, specials and style tokens
+    included."""
+    from cadenza.data.tokenizers.styles import Styled
+
+    tok = Styled(TOK, ["jig", "chorale"]) if styled else TOK
     g = torch.Generator().manual_seed(1)
     b = 6
-    grammar = PerformanceGrammar(TOK, b, "cpu", max_note_seconds=2.0)
+    grammar = tok.grammar(b, "cpu", True, None, max_note_seconds=2.0)
+    assert isinstance(grammar, PerformanceGrammar)
     sounding = torch.zeros(b, 128, dtype=torch.bool)
     fresh, onset = sounding.clone(), torch.zeros(b, 128, dtype=torch.long)
     clock = torch.zeros(b, 1, dtype=torch.long)
-    tokens = torch.randint(0, TOK.vocab_size, (b, 400), generator=g)
+    tokens = torch.randint(0, tok.vocab_size, (b, 400), generator=g)
     grammar.observe(tokens[:, :5])  # a prompt: several tokens at once
     for t in range(tokens.shape[1]):
         x = tokens[:, t:t + 1]
         if t >= 5:
             grammar.observe(x)
         pitch = torch.zeros(b, 128, dtype=torch.bool).scatter_(1, x % 128, True)
-        on = pitch & (x < TOK.note_off_offset)
-        off = pitch & (x >= TOK.note_off_offset) & (x < TOK.note_off_offset + 128)
-        shift = (x >= TOK.shift_offset) & (x < TOK.velocity_offset)
+        on = pitch & (x < tok.note_off_offset)
+        off = pitch & (x >= tok.note_off_offset) & (x < tok.note_off_offset + 128)
+        shift = (x >= tok.shift_offset) & (x < tok.velocity_offset)
         sounding, fresh = (sounding | on) & ~off, (fresh | on) & ~shift
         onset = torch.where(on, clock, onset)
-        clock = clock + torch.where(shift, x - TOK.shift_offset + 1, 0)
+        clock = clock + torch.where(shift, x - tok.shift_offset + 1, 0)
         if t >= 4:
             assert torch.equal(grammar.sounding, sounding) and torch.equal(grammar.fresh, fresh)
             assert torch.equal(grammar.onset, onset) and torch.equal(grammar.clock, clock)

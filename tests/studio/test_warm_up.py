@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+import torch
 
 from cadenza.generation import compiled
 from cadenza.studio.registry import Registry
@@ -18,7 +21,7 @@ def test_warm_up_does_nothing_when_compiling_is_off(studio_runs, monkeypatch, tm
     assert status["compiled_step"].startswith("eager: ")  # /api/health says why, so nobody waits for it
 
 
-def test_a_failed_warm_up_says_decoding_stays_eager_and_keeps_the_server(studio_runs, monkeypatch, tmp_path, capsys):
+def test_a_warm_up_for_an_unknown_model_says_decoding_stays_eager(studio_runs, monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
     monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
     if compiled.available():
@@ -27,6 +30,25 @@ def test_a_failed_warm_up_says_decoding_stays_eager_and_keeps_the_server(studio_
     warm_up(Registry(studio_runs), "run:no-such-run", status=status)
     assert status["compiled_step"].startswith("eager: ")
     assert "decoding eagerly" in capsys.readouterr().err
+
+
+def test_a_model_the_compiled_step_cannot_serve_is_reported_with_the_reason(studio_runs, monkeypatch, tmp_path):
+    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    if compiled.available():
+        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+    registry = Registry(studio_runs)
+    load = registry.load
+
+    def bf16(model_id):  # a copy: the registry's cached model stays as it is
+        model, meta = load(model_id)
+        return copy.deepcopy(model).to(torch.bfloat16), meta
+
+    monkeypatch.setattr(registry, "load", bf16)
+    status = {}
+    warm_up(registry, "run:tiny", rows=(1,), status=status)
+    assert status == {"compiled_step": "eager: the compiled step is built for float32 weights (torch.bfloat16)"}
+    assert not (tmp_path / "decode").exists()
 
 
 @pytest.mark.slow

@@ -163,18 +163,21 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
     common batch shapes, in the background; jobs decode eagerly until it is ready. `status`
     ("compiled_step", shown by /api/health) goes building -> ready, or says why decoding stays eager:
     a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores)."""
-    from cadenza.generation import compiled
+    from cadenza.generation import compiled, static
 
     status = status if status is not None else {}
-    if compiled.available():
-        status["compiled_step"] = f"eager: {compiled.available()}"
+    if reason := compiled.available():
+        status["compiled_step"] = f"eager: {reason}"
         return
     status["compiled_step"] = "building"
     try:
         model, _ = registry.load(model_id)
+        if reason := static.unsupported(model):  # a GPU, bf16 weights, an LSTM: eager by design
+            status["compiled_step"] = f"eager: {reason}"
+            return
         for r in rows:
-            if compiled.load(model, r, quiet=True) is None:
-                status["compiled_step"] = f"eager: no compiled step for {r} rows (see the server's log)"
+            if compiled.load(model, r, quiet=True) is None:  # a failed build has warned with its reason
+                status["compiled_step"] = f"eager: the build for {r} rows failed (see the server's log)"
                 return
     except Exception as e:  # a warm-up failure costs speed, never the server
         status["compiled_step"] = f"eager: {type(e).__name__}"

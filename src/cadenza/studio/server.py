@@ -44,6 +44,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
         from cadenza.models.zoo import DEFAULT
         from cadenza.studio.runner import warm_up
 
+        app.state.warm["compiled_step"] = "building"  # before the thread runs: a client polling now must wait
         threading.Thread(target=warm_up, args=(app.state.registry, DEFAULT), kwargs={"status": app.state.warm},
                          name="compile-warm-up", daemon=True).start()
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
