@@ -50,6 +50,28 @@ def rss_parts_mb(pid: int) -> dict[str, float]:
     return {kind: _status(pid, f"Rss{kind}") / 1024 for kind in ("Anon", "File", "Shmem")}
 
 
+def rss_by_mapping_kb(pid: int) -> dict[str, int]:
+    """Resident KB per kind of mapping (/proc/PID/smaps): the brk heap, anonymous mappings (malloc's
+    other arenas and large blocks, Python's object arenas, thread stacks) and each mapped file by
+    name. Diffed between two rounds it says where memory that grows lives."""
+    out: dict[str, int] = {}
+    kind = "anonymous"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):  # a mapping's first line
+            kind = Path(head[5]).name if len(head) > 5 and head[5].startswith("/") else (
+                head[5] if len(head) > 5 else "anonymous")
+        elif head[0] == "Rss:":
+            out[kind] = out.get(kind, 0) + int(head[1])
+    return out
+
+
+def growth_kb(before: dict[str, int], after: dict[str, int], top: int = 8) -> dict[str, int]:
+    """The mappings whose resident size changed most between two `rss_by_mapping_kb` readings."""
+    diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+    return dict(sorted(((k, v) for k, v in diff.items() if v), key=lambda kv: -abs(kv[1]))[:top])
+
+
 def thread_count(pid: int) -> int:
     """The server's threads: each new one costs its stack and heap, so a count that still grows
     explains memory that does."""
@@ -132,11 +154,14 @@ def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> di
 def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int) -> dict:
     results: list[list[dict]] = [[] for _ in range(rounds)]
     memory, parts, counts = [rss_mb(pid)], [rss_parts_mb(pid)], [thread_count(pid)]
+    maps: list[dict[str, int]] = []  # after the first round, and after the last
 
     def measure() -> None:
         memory.append(rss_mb(pid))
         parts.append(rss_parts_mb(pid))
         counts.append(thread_count(pid))
+        if len(memory) == 2 or len(memory) == rounds + 1:
+            maps.append(rss_by_mapping_kb(pid))
 
     barrier = threading.Barrier(clients, action=measure)
 
@@ -168,6 +193,7 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
             "rss_parts_mb_before_and_after_each_round": parts,
             "anon_growth_after_first_round_mb": parts[-1]["Anon"] - parts[1]["Anon"],
             "file_growth_after_first_round_mb": parts[-1]["File"] - parts[1]["File"],
+            "growth_after_first_round_by_mapping_kb": growth_kb(maps[0], maps[-1]),
             "rss_growth_after_first_round_mb": memory[-1] - memory[1]}
 
 
