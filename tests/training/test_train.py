@@ -140,6 +140,10 @@ def _ddp_worker(rank: int, world: int, init: str, store: str, out: str) -> None:
     loss.backward()
     if rank == 0:
         torch.save([p.grad for p in model.module.parameters()], out)
+    # Both ranks done, DDP's reducer gone, then the group: a rank that tore gloo down while the other
+    # still talked to it aborted now and then ("terminate called without an active exception").
+    dist.barrier()
+    del model
     dist.destroy_process_group()
 
 
