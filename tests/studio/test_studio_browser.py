@@ -141,3 +141,21 @@ def _cancel_a_job(page, app) -> None:
     finally:
         app.state.jobs._run = real
         gate.set()
+
+
+def test_the_page_says_when_the_fast_decoder_is_warming_up_and_when_it_is_ready(page, server):
+    app = server[1]
+    assert page.is_hidden("[data-testid=speed]")  # a server that started no warm-up says nothing
+    try:
+        app.state.warm["compiled_step"] = "building"
+        page.reload()
+        page.wait_for_selector("[data-testid=speed][data-state=building]")
+        app.state.warm["compiled_step"] = "ready"  # the page polls while it builds
+        page.wait_for_selector("[data-testid=speed][data-state=ready]", timeout=10_000)
+        assert page.text_content("[data-testid=speed]") == "fast decoding"
+        app.state.warm["compiled_step"] = "eager: no C++ compiler found"
+        page.reload()
+        page.wait_for_selector("[data-testid=speed][data-state=eager]")
+        assert page.get_attribute("[data-testid=speed]", "title") == "no C++ compiler found"
+    finally:
+        app.state.warm["compiled_step"] = "off"

@@ -24,6 +24,22 @@ async function api(path, options = {}) {
 const say = (text) => { $("status").textContent = text; };
 const fmt = (t) => `${Math.floor(t / 60)}:${(t % 60).toFixed(1).padStart(4, "0")}`;
 
+// ---- the fast decoder ----------------------------------------------------------------------------
+// After start the server builds its compiled decode step in the background (about 20 s a shape the
+// first time; jobs decode eagerly meanwhile): say so, so a slow first generation is no surprise.
+const SPEED = { ready: "fast decoding", building: "warming up the fast decoder…", eager: "eager decoding" };
+async function watchSpeed() {
+  let health;
+  try { health = await api("/api/health"); } catch { return; }
+  const s = health.compiled_step || "off", el = $("speed");
+  const kind = s.startsWith("eager") ? "eager" : s;
+  el.hidden = !(kind in SPEED);
+  el.dataset.state = kind;
+  el.textContent = SPEED[kind] || "";
+  el.title = s.startsWith("eager: ") ? s.slice(7) : "";  // why it stays eager (no compiler, a GPU, ...)
+  if (kind === "building") setTimeout(watchSpeed, 2000);
+}
+
 // ---- piano rolls --------------------------------------------------------------------------------
 function drawRoll(canvas, notes, opts = {}) {
   const dpr = window.devicePixelRatio || 1;
@@ -312,3 +328,4 @@ wire();
 redraw();
 loadModels().catch((e) => say(`could not load models: ${e.message}`));
 loadHistory().catch(() => {});
+watchSpeed();
