@@ -70,6 +70,7 @@ class PerformanceGrammar(SpecialsOnly):
         self._keeps = ~(pitch & is_off)  # (V, 128): every pitch but the one a note-off releases
         self._unshifted = ~is_shift  # (V, 1): a time shift ends every note's first step
         self._advance = torch.where(is_shift, ids - tok.shift_offset + 1, 0)  # (V, 1): time steps
+        self._shift_steps = torch.arange(1, tok.max_shift_steps + 1, device=device)[None, :]  # each shift's steps
 
     def observe(self, ids: torch.Tensor) -> None:
         ids = ids.view(self.batch, -1)
@@ -97,8 +98,7 @@ class PerformanceGrammar(SpecialsOnly):
         if self.max_steps is not None:
             left = torch.where(self.sounding, self.max_steps - (self.clock - self.onset), self.max_steps)
             room = left.min(1, keepdim=True).values  # steps until the first note is due
-            k = torch.arange(1, self.tok.max_shift_steps + 1, device=m.device)
-            m[:, self.tok.shift_offset:self.tok.velocity_offset] &= k[None, :] <= room  # no overshoot
+            m[:, self.tok.shift_offset:self.tok.velocity_offset] &= self._shift_steps <= room  # no overshoot
             overdue = self.sounding & (left <= 0)
             rows = overdue.any(1)
             if bool(rows.any()):  # only the release of an overdue note may come next
