@@ -89,10 +89,15 @@ def train(cfg: RunConfig | None = None, data: str | os.PathLike | None = None, o
                 s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
                 _announce(s)
             try:
-                return _loop(s, progress and dist.is_main)
+                result = _loop(s, progress and dist.is_main)
             finally:
                 if s.log is not None:
                     s.log.close()
+            if dist.enabled:  # only after a clean finish: a rank that failed would leave the others waiting
+                # Rank 0 writes the last checkpoint alone; a rank that tore gloo down meanwhile could
+                # abort its process at exit ("terminate called without an active exception").
+                torch.distributed.barrier()
+            return result
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
         cleanup_distributed()
