@@ -32,22 +32,18 @@ from pathlib import Path
 import httpx
 
 
-def _status(pid: int, field: str) -> float:
+def memory_reading(pid: int) -> dict:
+    """One reading of /proc/PID/status: resident MB in all, by kind (anonymous: the heaps and thread
+    stacks, what a leak grows; file: code and mapped files, paged in as code paths are first used,
+    which settles and the system can drop; shared memory), and the thread count (each new thread
+    costs its stack and heap, so a count that still grows explains memory that does)."""
+    fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return float(line.split()[1])
-    return float("nan")
-
-
-def rss_mb(pid: int) -> float:
-    return _status(pid, "VmRSS") / 1024
-
-
-def rss_parts_mb(pid: int) -> dict[str, float]:
-    """Resident memory by kind: anonymous (the heap, thread stacks: what a leak grows), file (code
-    and data of mapped files, paged in as code paths are first used: it settles, and the system can
-    drop it) and shared memory."""
-    return {kind: _status(pid, f"Rss{kind}") / 1024 for kind in ("Anon", "File", "Shmem")}
+        name, _, value = line.partition(":")
+        fields[name] = value.split()[0] if value.split() else ""
+    mb = {name: float(fields.get(name, "nan")) / 1024 for name in ("VmRSS", "RssAnon", "RssFile", "RssShmem")}
+    return {"rss": mb["VmRSS"], "parts": {k: mb[f"Rss{k}"] for k in ("Anon", "File", "Shmem")},
+            "threads": int(fields.get("Threads", -1))}
 
 
 def rss_by_mapping_kb(pid: int) -> dict[str, int]:
@@ -70,12 +66,6 @@ def growth_kb(before: dict[str, int], after: dict[str, int], top: int = 8) -> di
     """The mappings whose resident size changed most between two `rss_by_mapping_kb` readings."""
     diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
     return dict(sorted(((k, v) for k, v in diff.items() if v), key=lambda kv: -abs(kv[1]))[:top])
-
-
-def thread_count(pid: int) -> int:
-    """The server's threads: each new one costs its stack and heap, so a count that still grows
-    explains memory that does."""
-    return int(_status(pid, "Threads"))
 
 
 def one_job(base: str, model: str, settings: dict) -> dict:
@@ -153,14 +143,12 @@ def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> di
 
 def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int) -> dict:
     results: list[list[dict]] = [[] for _ in range(rounds)]
-    memory, parts, counts = [rss_mb(pid)], [rss_parts_mb(pid)], [thread_count(pid)]
+    readings = [memory_reading(pid)]  # before, and after each round
     maps: list[dict[str, int]] = []  # after the first round, and after the last
 
     def measure() -> None:
-        memory.append(rss_mb(pid))
-        parts.append(rss_parts_mb(pid))
-        counts.append(thread_count(pid))
-        if len(memory) == 2 or len(memory) == rounds + 1:
+        readings.append(memory_reading(pid))
+        if len(readings) == 2 or len(readings) == rounds + 1:
             maps.append(rss_by_mapping_kb(pid))
 
     barrier = threading.Barrier(clients, action=measure)
@@ -179,6 +167,7 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    memory, parts = [m["rss"] for m in readings], [m["parts"] for m in readings]
     flat = [x for r in results for x in r]
     lat = sorted(x["latency"] for x in flat)
     firsts = sorted(x["first_note"] for x in flat if x["first_note"] is not None)
@@ -189,7 +178,7 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
             "first_note_p50": firsts[len(firsts) // 2] if firsts else None,
             "first_note_p95": firsts[min(len(firsts) - 1, int(0.95 * len(firsts)))] if firsts else None,
             "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory,
-            "threads_before_and_after_each_round": counts,
+            "threads_before_and_after_each_round": [m["threads"] for m in readings],
             "rss_parts_mb_before_and_after_each_round": parts,
             "anon_growth_after_first_round_mb": parts[-1]["Anon"] - parts[1]["Anon"],
             "file_growth_after_first_round_mb": parts[-1]["File"] - parts[1]["File"],

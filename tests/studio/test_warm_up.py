@@ -12,6 +12,16 @@ from cadenza.studio.registry import Registry
 from cadenza.studio.runner import warm_up
 
 
+@pytest.fixture
+def compiling(monkeypatch, tmp_path):
+    """Compiling on, into an empty cache under tmp_path (returned); skips where it cannot be."""
+    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    if compiled.available():
+        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+    return tmp_path
+
+
 def test_warm_up_does_nothing_when_compiling_is_off(studio_runs, monkeypatch, tmp_path):
     monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
     monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
@@ -21,22 +31,14 @@ def test_warm_up_does_nothing_when_compiling_is_off(studio_runs, monkeypatch, tm
     assert status["compiled_step"].startswith("eager: ")  # /api/health says why, so nobody waits for it
 
 
-def test_a_warm_up_for_an_unknown_model_says_decoding_stays_eager(studio_runs, monkeypatch, tmp_path, capsys):
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    if compiled.available():
-        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+def test_a_warm_up_for_an_unknown_model_says_decoding_stays_eager(studio_runs, compiling, capsys):
     status = {}
     warm_up(Registry(studio_runs), "run:no-such-run", status=status)
     assert status["compiled_step"].startswith("eager: ")
     assert "decoding eagerly" in capsys.readouterr().err
 
 
-def test_a_model_the_compiled_step_cannot_serve_is_reported_with_the_reason(studio_runs, monkeypatch, tmp_path):
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    if compiled.available():
-        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+def test_a_model_the_compiled_step_cannot_serve_is_reported_with_the_reason(studio_runs, compiling, monkeypatch):
     registry = Registry(studio_runs)
     load = registry.load
 
@@ -48,20 +50,16 @@ def test_a_model_the_compiled_step_cannot_serve_is_reported_with_the_reason(stud
     status = {}
     warm_up(registry, "run:tiny", rows=(1,), status=status)
     assert status == {"compiled_step": "eager: the compiled step is built for float32 weights (torch.bfloat16)"}
-    assert not (tmp_path / "decode").exists()
+    assert not (compiling / "decode").exists()
 
 
 @pytest.mark.slow
-def test_warm_up_builds_the_page_shapes_and_jobs_then_use_them(studio_runs, monkeypatch, tmp_path):
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    if compiled.available():
-        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+def test_warm_up_builds_the_page_shapes_and_jobs_then_use_them(studio_runs, compiling):
     registry = Registry(studio_runs)
     status = {}
     warm_up(registry, "run:tiny", rows=(1,), status=status)
     assert status == {"compiled_step": "ready"}
-    assert len(list((tmp_path / "decode").glob("step-*.pt2"))) == 1
+    assert len(list((compiling / "decode").glob("step-*.pt2"))) == 1
     model, _ = registry.load("run:tiny")
     assert compiled.decoder(model, 1, build_missing=False) is not None  # ready for a one-row job
     assert compiled.decoder(model, 3, build_missing=False) is None  # other shapes decode eagerly

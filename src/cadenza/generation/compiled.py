@@ -59,6 +59,12 @@ def available() -> str | None:
     return None
 
 
+def unavailable_for(model) -> str | None:
+    """None when `model` can decode through a compiled step here, else why not (the machine's reason
+    first, then the model's: a GPU, bf16 weights, an LSTM)."""
+    return available() or static.unsupported(model)
+
+
 @lru_cache(maxsize=None)
 def _compiler(cxx: str | None) -> str | None:
     """The C++ compiler Inductor will find (searched once per $CXX, not at every generation)."""
@@ -140,7 +146,7 @@ def _quiet_autotune():
 def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> Callable | None:
     """The compiled step for (model, batch): from memory, from the disk cache, or built now (when
     `build_missing`). None when it is not available (the caller decodes eagerly)."""
-    if static.unsupported(model) or available():
+    if unavailable_for(model):
         return None
     key = package_key(model, batch)
     with _LOCK:  # held only for lookups: a job asking while another thread builds never waits

@@ -163,24 +163,25 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
     common batch shapes, in the background; jobs decode eagerly until it is ready. `status`
     ("compiled_step", shown by /api/health) goes building -> ready, or says why decoding stays eager:
     a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores)."""
-    from cadenza.generation import compiled, static
-
     status = status if status is not None else {}
-    if reason := compiled.available():
-        status["compiled_step"] = f"eager: {reason}"
-        return
     status["compiled_step"] = "building"
+    status["compiled_step"] = _warm(registry, model_id, rows)
+
+
+def _warm(registry: Registry, model_id: str, rows) -> str:
+    """`warm_up`'s work; -> "ready", or "eager: " and why."""
+    from cadenza.generation import compiled
+
+    if reason := compiled.available():  # the machine's reason: no model needs loading to know it
+        return f"eager: {reason}"
     try:
         model, _ = registry.load(model_id)
-        if reason := static.unsupported(model):  # a GPU, bf16 weights, an LSTM: eager by design
-            status["compiled_step"] = f"eager: {reason}"
-            return
+        if reason := compiled.unavailable_for(model):
+            return f"eager: {reason}"
         for r in rows:
             if compiled.load(model, r, quiet=True) is None:  # a failed build has warned with its reason
-                status["compiled_step"] = f"eager: the build for {r} rows failed (see the server's log)"
-                return
+                return f"eager: the build for {r} rows failed (see the server's log)"
     except Exception as e:  # a warm-up failure costs speed, never the server
-        status["compiled_step"] = f"eager: {type(e).__name__}"
         print(f"studio: no compiled decode step ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
-        return
-    status["compiled_step"] = "ready"
+        return f"eager: {type(e).__name__}"
+    return "ready"
