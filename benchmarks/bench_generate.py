@@ -8,6 +8,8 @@ weights, a 1-token prompt (BOS), 512 new tokens, plain sampling (temperature 1, 
 filter) and no early stop. cadenza runs with its KV cache, with the grammar mask (its default) and
 without; "full recompute" is cadenza's model re-run on the whole prefix for every token, the way
 MusicTransformer-Pytorch and anticipation sample. Medians over repeats, contestants interleaved.
+The rows and step timings marked "Inductor attention" are cadenza's compiled step with its attention
+in Inductor's loops instead of the native kernel: what the kernel adds, measured in the same run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import time
 
 import torch
 
+# The compiled step with its attention in Inductor's loops instead of the native kernel: what the
+# kernel adds, in the same run (not a contestant for the goal).
+ABLATION = "Inductor attention"
 SIZE = dict(vocab_size=391, d_model=256, n_layers=4, n_heads=4, d_ff=1024, context=512, dropout=0.0)
 
 
@@ -65,14 +70,15 @@ def contestants(new_tokens: int, attention: list[str]):
             generate_ids(m, prompt, new_tokens, tok, generator=g, constrained=constrained, use_cache=cache,
                          stop_at_eos=False)
 
-        def run_fast(b, m=m):
+        def run_fast(b, m=m, fused=True):
             from cadenza.generation import compiled
 
             g = torch.Generator().manual_seed(0)
             generate_ids(m, torch.full((b, 1), tok.bos_id), new_tokens, tok, generator=g, stop_at_eos=False,
-                         fast=compiled.decoder(m, b, quiet=True))
+                         fast=compiled.decoder(m, b, quiet=True, fused_attention=fused))
 
         out[f"cadenza {att}, compiled step"] = run_fast
+        out[f"cadenza {att}, compiled step, {ABLATION}"] = lambda b, run=run_fast: run(b, fused=False)
         out[f"cadenza {att}"] = run
         out[f"cadenza {att}, no grammar"] = lambda b, run=run: run(b, constrained=False)
     m = cadenza_model(attention[0])
@@ -105,24 +111,33 @@ def median_ms(fn, calls: int = 40, rounds: int = 5, warm_up: int = 10) -> float:
     return statistics.median(times)
 
 
-def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats: int = 200) -> dict:
+def step_profile(attentions: list[str], batches: list[int], lengths=(64, 448), repeats: int = 200) -> dict:
     """Milliseconds per compiled step at two cache lengths (how the step's cost grows with the cache
-    it reads), and the machine's memory bandwidth (a 64 MB copy), the bound on that growth."""
+    it reads); beside each, the time to read that filled cache once with a plain reduction (the
+    ceiling for the growth: what the step's attention loops cost beyond it is their code, not the
+    memory) and the machine's memory bandwidth (a 64 MB copy)."""
     from cadenza.generation import compiled
 
-    m = cadenza_model(attention)
     out: dict = {}
-    for b in batches:
-        fn = compiled.load(m, b, quiet=True)
-        if fn is None:
-            raise SystemExit(f"no compiled step for {attention} batch {b}")
-        cache = m.new_cache(b)
-        ids = torch.full((b, 1), 5)
-        for n in lengths:
-            k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
-            with torch.inference_mode():  # as in generation
-                out[f"{attention} batch {b}, {n} cached"] = median_ms(lambda: fn(ids, k, v), calls=repeats // 5,
-                                                                      warm_up=1)
+    read: dict = {}
+    for attention in attentions:
+        m = cadenza_model(attention)
+        for b in batches:
+            fn = compiled.load(m, b, quiet=True)
+            plain = compiled.load(m, b, quiet=True, fused_attention=False)
+            if fn is None or plain is None:
+                raise SystemExit(f"no compiled step for {attention} batch {b}")
+            cache = m.new_cache(b)
+            cache.k.normal_()  # pages the whole buffer in, as a generation's writes do
+            cache.v.normal_()
+            ids = torch.full((b, 1), 5)
+            for n in lengths:
+                k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
+                key = f"{attention} batch {b}, {n} cached"
+                with torch.inference_mode():  # as in generation
+                    out[key] = median_ms(lambda: fn(ids, k, v), calls=repeats // 5, warm_up=1)
+                    out[f"{key}, {ABLATION}"] = median_ms(lambda: plain(ids, k, v), calls=repeats // 5, warm_up=1)
+                    read[key] = median_ms(lambda: (k.sum(), v.sum()), calls=repeats // 5, warm_up=1)
     src = torch.ones(16 * 1024 * 1024)
     dst = torch.empty_like(src)
     rates = []
@@ -131,7 +146,7 @@ def step_profile(attention: str, batches: list[int], lengths=(64, 448), repeats:
         for _ in range(10):
             dst.copy_(src)
         rates.append(2 * src.numel() * 4 * 10 / (time.perf_counter() - t) / 1e9)  # bytes read + written
-    return {"step_ms": out, "copy_gb_per_s": statistics.median(rates[1:])}
+    return {"step_ms": out, "cache_read_ms": read, "copy_gb_per_s": statistics.median(rates[1:])}
 
 
 def compile_costs(batches: list[int], attention: list[str]) -> dict:
@@ -211,8 +226,10 @@ def main(argv=None) -> int:
     for k, c in costs.items():
         print(f"compiled step, {k}: first token {c['first_token_cold_s']:.1f} s with an empty cache "
               f"(build included), {c['first_token_warm_s']:.2f} s from the disk cache in a new process")
-    profile = step_profile(a.attention[0], a.batches)
-    print("compiled step: " + ", ".join(f"{k}: {v:.2f} ms" for k, v in profile["step_ms"].items())
+    profile = step_profile(a.attention, a.batches)
+    reads = profile["cache_read_ms"]
+    print("compiled step: " + ", ".join(f"{k}: {v:.2f} ms" + (f" (cache read {reads[k]:.2f})" if k in reads else "")
+                                        for k, v in profile["step_ms"].items())
           + f"; memory copy {profile['copy_gb_per_s']:.1f} GB/s")
     runs = contestants(a.new_tokens, a.attention)
     if a.skip_full:

@@ -329,3 +329,10 @@ def test_doctor_says_whether_the_compiled_decode_step_is_available(capsys, monke
     (tmp_path / "decode" / "step-0123.pt2").write_bytes(b"")
     cd = collect(FakeProbes(), smoke=False)["compiled_decode"]
     assert cd["packages"] == 1 and cd["cache"] == str(tmp_path / "decode")
+    if not cd["unavailable"]:  # a machine with a C++ compiler: the attention kernel is built on first use
+        assert cd["attention_kernel"].startswith("not built yet")
+        from cadenza.generation import kernel
+
+        kernel.library_path().parent.mkdir(parents=True)
+        kernel.library_path().write_bytes(b"")
+        assert collect(FakeProbes(), smoke=False)["compiled_decode"]["attention_kernel"] == "built"

@@ -251,11 +251,13 @@ def _size(n: int | None) -> str:
 
 def _compiled_decode() -> dict:
     """Whether `cadenza generate` can use the compiled decode step here, and what is cached."""
-    from cadenza.generation import compiled
+    from cadenza.generation import compiled, kernel
 
     folder = compiled.cache_dir()
     return {"unavailable": compiled.available(), "cache": str(folder),
-            "packages": len(list(folder.glob("step-*.pt2"))) if folder.is_dir() else 0}
+            "packages": len(list(folder.glob("step-*.pt2"))) if folder.is_dir() else 0,
+            "attention_kernel": kernel.unavailable() or ("built" if kernel.library_path().exists() else
+                                                         "not built yet (built with the first compiled step)")}
 
 
 def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: str | None) -> str:
@@ -295,6 +297,8 @@ def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: s
     if cd:
         rows.append(("compiled decode", f"no: {cd['unavailable']} (generation decodes eagerly)" if cd["unavailable"]
                      else f"yes ({cd['packages']} built, in {cd['cache']})"))
+        if not cd["unavailable"] and cd.get("attention_kernel"):
+            rows.append(("attention kernel", cd["attention_kernel"]))
     if r.get("smoke"):
         s = r["smoke"]
         rows.append(("GPU smoke test", f"{'ok' if s['ok'] else 'FAILED'} on {s['device']} ({s['dtype']})"

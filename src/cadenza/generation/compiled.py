@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from cadenza.generation import static
+from cadenza.generation import kernel, static
 
 _LOADED: dict[str, Callable] = {}
 _LOCK = threading.Lock()
@@ -71,9 +71,10 @@ def _compiler(cxx: str | None) -> str | None:
     return shutil.which(cxx) if cxx else next((w for c in ("g++", "clang++", "c++") if (w := shutil.which(c))), None)
 
 
-def package_key(model, batch: int) -> str:
-    """A hash of everything the compiled code depends on."""
+def package_key(model, batch: int, fused: bool = False) -> str:
+    """A hash of everything the compiled code depends on (`fused`: the step calls the attention kernel)."""
     h = hashlib.sha256(_weights_hash(model).encode())
+    h.update(f"kernel {kernel.fingerprint()}".encode() if fused else b"inductor attention")
     h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
     h.update(json.dumps(INDUCTOR_CONFIGS, sort_keys=True).encode())
     h.update(f"{_step_code()}|{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
@@ -109,14 +110,16 @@ def _cpu_id() -> str:
     return f"{info['model']}|{','.join(info['isa'])}"
 
 
-def build(model, batch: int, path: Path) -> None:
-    """Export the step for `batch` rows with the cache length dynamic, compile it to `path`."""
+def build(model, batch: int, path: Path, fused: bool = False) -> None:
+    """Export the step for `batch` rows with the cache length dynamic, compile it to `path`
+    (`fused`: attending through the native kernel, which must be loaded)."""
     cfg = model.config
     cache = model.new_cache(batch)
     n = torch.export.Dim("cached", min=1, max=cfg.context - 1)
     args = (torch.zeros(batch, 1, dtype=torch.long), cache.k[:, :, :, :2], cache.v[:, :, :, :2])
     with torch.no_grad():
-        program = torch.export.export(static.DecodeStep(model), args, dynamic_shapes=({}, {3: n}, {3: n}))
+        step = static.DecodeStep(model, fused)
+        program = torch.export.export(step, args, dynamic_shapes=({}, {3: n}, {3: n}))
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.pt2")
         try:
             with _quiet_autotune():
@@ -143,12 +146,16 @@ def _quiet_autotune():
         sa.PRINT_AUTOTUNE = before
 
 
-def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> Callable | None:
+def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False,
+         fused_attention: bool = True) -> Callable | None:
     """The compiled step for (model, batch): from memory, from the disk cache, or built now (when
-    `build_missing`). None when it is not available (the caller decodes eagerly)."""
+    `build_missing`). None when it is not available (the caller decodes eagerly). With
+    `fused_attention` (the default) its attention runs in the native kernel where that is built."""
     if unavailable_for(model):
         return None
-    key = package_key(model, batch)
+    # a package that calls the kernel needs it loaded: loaded (or built) before the package
+    fused = fused_attention and kernel.ready(build=build_missing, quiet=quiet)
+    key = package_key(model, batch, fused)
     with _LOCK:  # held only for lookups: a job asking while another thread builds never waits
         if key in _LOADED or key in _FAILED:
             return _LOADED.get(key)
@@ -157,7 +164,7 @@ def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False) 
         if not build_missing:
             return None
         with _BUILD_LOCK:  # one build at a time; a second caller finds the file the first wrote
-            if not path.exists() and not _build(model, batch, path, key, quiet):
+            if not path.exists() and not _build(model, batch, path, key, quiet, fused):
                 return None
     fn = _load_package(path)
     with _LOCK:
@@ -187,14 +194,14 @@ def _load_package(path: Path):
     return _Runner(loader_cls(str(path), "model", False, 1, -1))
 
 
-def _build(model, batch: int, path: Path, key: str, quiet: bool) -> bool:
+def _build(model, batch: int, path: Path, key: str, quiet: bool, fused: bool) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
         print(f"compiling the decode step for batch {batch} (once; cached in {path.parent}) ...",
               file=sys.stderr, flush=True)
     t = time.perf_counter()
     try:
-        build(model, batch, path)
+        build(model, batch, path, fused)
     except Exception as e:  # Inductor failures come in many types; eager still works
         with _LOCK:
             _FAILED.add(key)
@@ -205,7 +212,8 @@ def _build(model, batch: int, path: Path, key: str, quiet: bool) -> bool:
     return True
 
 
-def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = False) -> "static.StaticDecoder | None":
+def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = False,
+            fused_attention: bool = True) -> "static.StaticDecoder | None":
     """A `StaticDecoder` on the compiled step, or None where it does not apply."""
-    fn = load(model, batch, build_missing=build_missing, quiet=quiet)
+    fn = load(model, batch, build_missing=build_missing, quiet=quiet, fused_attention=fused_attention)
     return static.StaticDecoder(model, batch, fn) if fn is not None else None

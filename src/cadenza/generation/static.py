@@ -10,7 +10,9 @@ batch) with `torch.export`, the cache length n as its only dynamic size, and com
 AOTInductor into a package on disk (`cadenza.generation.compiled`); later runs load it in
 milliseconds. Attending to exactly the n filled slots does the same work as eager decoding; a
 variant that attended to the whole context with a mask measured slower than eager at batch 8, the
-cache being read in full at every token.
+cache being read in full at every token. Each layer's attention over the cache goes through a native
+kernel (`cadenza.generation.kernel`) where it is built, else through `cache_attention`, Inductor's
+loops for the same arithmetic.
 
 The eager model (`MusicTransformer.forward` with a `KVCache`) stays the reference and the fallback:
 it fills the cache for the prompt and after every window slide (where lengths vary), and
@@ -24,6 +26,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from cadenza.generation import kernel
 from cadenza.models.attention import KVCache, rotate
 
 
@@ -49,16 +52,11 @@ def _rope(x: torch.Tensor, pos, inv_freq: torch.Tensor) -> torch.Tensor:
     return rotate(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype))
 
 
-def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
+def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, fused: bool):
     """One layer's attention of the new token (at position n) over the n cached keys kc, vc
     (B, H, n, Dh). Returns the layer's output and the new key and value (B, H, Dh). The new key is
     scored beside the cache rather than written into it, so the function updates nothing in place.
-
-    Scores and the weighted sum are written as products and sums, not matmuls, so Inductor fuses
-    each into one loop over the cache. With relative attention, cache slot j sits at distance n - j
-    and q . k_j + q . E[n - j] = q . (k_j + E[n - j]): the distance embeddings are read in the same
-    loop as the keys, for the n distances in use. Computing q . E for the whole context as a separate
-    matrix product measured 20-25% slower per step (batch 1 and 8)."""
+    `fused`: through the native kernel (`cadenza.generation.kernel`), else `cache_attention`."""
     b, _, d = h.shape
     n = kc.shape[2]
     qkv = attn.qkv(h).view(b, 1, 3, attn.n_heads, attn.head_dim)
@@ -66,25 +64,41 @@ def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor):
         qkv = torch.cat((_rope(qkv[:, :, :2], n, attn.rotary.inv_freq), qkv[:, :, 2:]), dim=2)
     q, k, v = qkv[:, 0].unbind(1)  # each (B, H, Dh)
     q = q * attn.head_dim ** -0.5
-    if attn.scheme == "relative":
-        rel = attn.rel.to(q.dtype)  # (H, context, Dh); row d: distance d
-        kc = kc + rel.index_select(1, torch.arange(n, 0, -1, device=h.device))
-        k_self = k + rel[:, 0]
-    else:
-        k_self = k
-    scores = (kc * q.unsqueeze(2)).sum(-1)  # (B, H, n): the cache read in its layout
-    self_score = (q * k_self).sum(-1, keepdim=True)
-    probs = torch.softmax(torch.cat((scores, self_score), -1), dim=-1)
-    y = (probs[..., :-1].unsqueeze(-1) * vc).sum(-2) + probs[..., -1:] * v
+    rel = attn.rel.to(q.dtype) if attn.scheme == "relative" else None  # (H, context, Dh); row d: distance d
+    k_self = k + rel[:, 0] if rel is not None else k
+    attend = torch.ops.cadenza.decode_attention if fused else cache_attention
+    y = attend(q, kc, vc, rel, k_self, v)
     return attn.proj(y.reshape(b, 1, d)), k, v
 
 
-class DecodeStep(nn.Module):
-    """``forward(ids (B, 1), k (L, B, H, n, Dh), v)`` -> (logits (B, V), new k, new v (L, B, H, Dh))."""
+def cache_attention(q, kc, vc, rel, k_self, v):
+    """softmax(q . [keys, k_self]) . [values, v] for q (B, H, Dh) over the cache kc, vc (B, H, n, Dh),
+    with relative attention's distance embeddings `rel` (H, context, Dh) or None: what the native
+    kernel computes, written for Inductor.
 
-    def __init__(self, model):
+    Scores and the weighted sum are written as products and sums, not matmuls, so Inductor fuses
+    each into one loop over the cache. With relative attention, cache slot j sits at distance n - j
+    and q . k_j + q . E[n - j] = q . (k_j + E[n - j]): the distance embeddings are read in the same
+    loop as the keys, for the n distances in use. Computing q . E for the whole context as a separate
+    matrix product measured 20-25% slower per step (batch 1 and 8)."""
+    n = kc.shape[2]
+    if rel is not None:
+        kc = kc + rel.index_select(1, torch.arange(n, 0, -1, device=q.device))
+    scores = (kc * q.unsqueeze(2)).sum(-1)  # (B, H, n): the cache read in its layout
+    self_score = (q * k_self).sum(-1, keepdim=True)
+    probs = torch.softmax(torch.cat((scores, self_score), -1), dim=-1)
+    return (probs[..., :-1].unsqueeze(-1) * vc).sum(-2) + probs[..., -1:] * v
+
+
+class DecodeStep(nn.Module):
+    """``forward(ids (B, 1), k (L, B, H, n, Dh), v)`` -> (logits (B, V), new k, new v (L, B, H, Dh)).
+
+    `fused`: attend through the native kernel (default: when it is loaded in this process)."""
+
+    def __init__(self, model, fused: bool | None = None):
         super().__init__()
         self.model = model
+        self.fused = kernel.ready(build=False) if fused is None else fused
 
     def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
         m = self.model
@@ -94,7 +108,7 @@ class DecodeStep(nn.Module):
             x = x + m.pos_emb.weight[n]
         new_k, new_v = [], []
         for i, block in enumerate(m.blocks):
-            a, k, v = _attend(block.attn, block.ln1(x), k_cache[i], v_cache[i])
+            a, k, v = _attend(block.attn, block.ln1(x), k_cache[i], v_cache[i], self.fused)
             x = x + a
             x = x + block.mlp(block.ln2(x))
             new_k.append(k)

@@ -1,0 +1,132 @@
+"""A native kernel for the decode step's attention: `cadenza::decode_attention`.
+
+Decoding one token attends over the whole KV cache, and past a few dozen cached positions that is
+most of a batched step. Inductor writes this attention as generic loops (a horizontal sum for every
+cached key, several passes over each value row, a division per value) that read the cache at about
+a third of the speed the machine can (the step profile of ``benchmarks/bench_generate.py`` puts each
+step beside a plain read of its cache). ``decode_attention.cpp`` reads it once at that speed.
+
+The op is defined here, with a shape-only fake so `torch.export` can trace a step that calls it; its
+CPU code is compiled once per machine and PyTorch version with the C++ compiler the compiled step
+uses, for the vector instructions Inductor would pick, into ``$CADENZA_CACHE/kernels`` (atomically),
+and loaded into the process. AOTInductor packages then call it through PyTorch's dispatcher, so a
+package built with it needs it loaded first (`cadenza.generation.compiled` sees to that). Where it
+cannot be built, the step keeps Inductor's loops, which compute the same thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("decode_attention.cpp")
+SCHEMA = "decode_attention(Tensor q, Tensor kc, Tensor vc, Tensor? rel, Tensor k_self, Tensor v_self) -> Tensor"
+
+_DEF = torch.library.Library("cadenza", "DEF")  # kept alive: the op lives as long as this object
+_DEF.define(SCHEMA)
+
+
+@torch.library.register_fake("cadenza::decode_attention")
+def _shape(q, kc, vc, rel, k_self, v_self):
+    return q.new_empty(q.shape)
+
+
+_LOCK = threading.Lock()
+_STATE: dict[str, str | None] = {}  # "loaded": the library's path once loaded; "failed": why not
+
+
+def ready(build: bool = True, quiet: bool = True) -> bool:
+    """True when the op's CPU code is loaded in this process: loaded from the disk cache, or built
+    first when `build` (about 10 s, once per machine). Without `build` it never waits: a server's
+    job asking while its warm-up thread builds gets False at once. A failed build is not retried."""
+    if _STATE.get("loaded"):
+        return True
+    if unavailable() or not _LOCK.acquire(blocking=build):
+        return False
+    try:
+        if _STATE.get("loaded") or _STATE.get("failed"):
+            return bool(_STATE.get("loaded"))
+        path = library_path()
+        if not path.exists():
+            if not build:
+                return False
+            if not quiet:
+                print(f"compiling the decode attention kernel (once; cached in {path.parent}) ...",
+                      file=sys.stderr, flush=True)
+            try:
+                _compile(path)
+            except (OSError, subprocess.SubprocessError) as e:
+                _STATE["failed"] = f"could not build the attention kernel: {_tail(e)}"
+                warnings.warn(f"{_STATE['failed']}; the decode step uses Inductor's loops", RuntimeWarning,
+                              stacklevel=2)
+                return False
+        if not torch._C._dispatch_has_kernel_for_dispatch_key("cadenza::decode_attention", "CPU"):
+            torch.ops.load_library(str(path))  # registers the CPU code (once: a second would clash)
+        _STATE["loaded"] = str(path)
+        return True
+    finally:
+        _LOCK.release()
+
+
+def unavailable() -> str | None:
+    """None when the kernel can be built here (or already was), else why not (for `doctor`)."""
+    if os.environ.get("CADENZA_NO_KERNEL"):
+        return "CADENZA_NO_KERNEL is set"
+    from cadenza.generation import compiled
+
+    return compiled.available() or _STATE.get("failed")
+
+
+@lru_cache(maxsize=None)
+def fingerprint() -> str:
+    """A hash of the kernel's source: part of a compiled step's package key when the step calls it."""
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+
+
+def library_path() -> Path:
+    from cadenza.env.record import cache_dir
+    from cadenza.generation.compiled import _cpu_id
+
+    h = hashlib.sha256(f"{fingerprint()}|{torch.__version__}|{_cpu_id()}|{_cxx()}".encode()).hexdigest()[:24]
+    return cache_dir() / "kernels" / f"decode_attention-{h}.so"
+
+
+def _cxx() -> str:
+    from cadenza.generation.compiled import _compiler
+
+    return _compiler(os.environ.get("CXX")) or "c++"
+
+
+def _compile(path: Path) -> None:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa  # what Inductor compiles its own kernels for
+    from torch.utils.cpp_extension import include_paths
+
+    isa = pick_vec_isa()
+    flags = [f"-D{m}" for m in isa.build_macro()] + isa.build_arch_flags().split() if isa else []
+    lib = Path(torch.__file__).parent / "lib"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.so")
+    cmd = [_cxx(), "-O3", "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-w",
+           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *flags,
+           *(f"-I{p}" for p in include_paths()), str(SOURCE), "-o", str(tmp),
+           f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _tail(e: Exception) -> str:
+    """The last line a failed compiler printed, or the exception."""
+    err = getattr(e, "stderr", None) or ""
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else f"{type(e).__name__}: {e}"[:200]

@@ -1,0 +1,93 @@
+"""The native decode-attention kernel against the arithmetic it replaces (`static.cache_attention`).
+
+It reads the cache through its strides, so it is checked on views of a full-context cache (as the
+decode step passes them), for head sizes on its vector paths and off them, with and without
+relative attention's distance embeddings, from one cached position to many.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cadenza.generation import kernel
+from cadenza.generation.static import DecodeStep, cache_attention
+
+
+@pytest.fixture(scope="module")
+def op(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.delenv("CADENZA_NO_COMPILE", raising=False)
+    mp.setenv("CADENZA_CACHE", str(tmp_path_factory.mktemp("cache")))
+    if kernel.unavailable():
+        mp.undo()
+        pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
+    assert kernel.ready(), kernel.unavailable()
+    yield torch.ops.cadenza.decode_attention
+    mp.undo()
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 24])  # 24: not a whole number of vectors
+@pytest.mark.parametrize("relative", [False, True])
+@pytest.mark.parametrize("n", [1, 17, 200])
+def test_kernel_matches_the_inductor_arithmetic_on_cache_views(op, head_dim, relative, n):
+    g = torch.Generator().manual_seed(n + head_dim)
+    b, h, context, layers = 3, 4, 256, 2
+    k_full = torch.randn(layers, b, h, context, head_dim, generator=g)
+    v_full = torch.randn(layers, b, h, context, head_dim, generator=g)
+    kc, vc = k_full.narrow(3, 0, n)[1], v_full.narrow(3, 0, n)[1]  # strided, as the step slices them
+    q, k_self, v = (torch.randn(b, h, head_dim, generator=g) for _ in range(3))
+    rel = torch.randn(h, context, head_dim, generator=g) if relative else None
+    got = op(q, kc, vc, rel, k_self, v)
+    assert got.shape == (b, h, head_dim)
+    torch.testing.assert_close(got, cache_attention(q, kc, vc, rel, k_self, v), atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_rejects_what_it_cannot_read(op):
+    q = torch.randn(1, 2, 8)
+    kc = torch.randn(1, 2, 5, 8)
+    with pytest.raises(RuntimeError, match="float32"):
+        op(q.double(), kc.double(), kc.double(), None, q.double(), q.double())
+    with pytest.raises(RuntimeError, match="contiguous"):
+        op(q, kc.transpose(2, 3).contiguous().transpose(2, 3), kc, None, q, q)
+
+
+@pytest.mark.parametrize("attention", ["relative", "rope"])
+def test_a_step_through_the_kernel_gives_the_step_through_inductor_arithmetic(op, attention):
+    from cadenza.models import build_model
+    from cadenza.models.config import ModelConfig
+
+    torch.manual_seed(0)
+    m = build_model(ModelConfig(attention=attention, vocab_size=391, d_model=64, n_layers=2, n_heads=2,
+                                d_ff=128, context=64, dropout=0.0)).eval()
+    cache = m.new_cache(2)
+    cache.k.normal_()
+    cache.v.normal_()
+    ids = torch.tensor([[5], [7]])
+    with torch.inference_mode():
+        for n in (1, 30, 63):
+            k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
+            for a, b in zip(DecodeStep(m, fused=True)(ids, k, v), DecodeStep(m, fused=False)(ids, k, v)):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_a_failed_build_is_reported_once_and_the_step_keeps_inductors_loops(tmp_path, monkeypatch):
+    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")  # a compiler that always fails
+    monkeypatch.setattr(kernel, "_STATE", {})
+    if kernel.unavailable():
+        pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
+    with pytest.warns(RuntimeWarning, match="could not build the attention kernel"):
+        assert not kernel.ready()
+    assert "could not build" in kernel.unavailable()
+    assert not kernel.ready()  # not retried
+    assert not list(tmp_path.rglob("*.so"))  # nothing half-written left in the cache
+
+
+def test_without_build_a_missing_kernel_is_not_built(tmp_path, monkeypatch):
+    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernel, "_STATE", {})
+    assert not kernel.ready(build=False)
+    assert not (tmp_path / "kernels").exists()
