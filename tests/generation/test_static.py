@@ -12,6 +12,7 @@ import torch
 
 from cadenza.data.tokenizers import PerformanceTokenizer
 from cadenza.generation import compiled
+from cadenza.generation.filters import filter_logits, inverse_cdf
 from cadenza.generation.sampler import _Window, generate_ids, sample_seeds
 from cadenza.generation.static import StaticDecoder
 from cadenza.models import build_model
@@ -86,6 +87,34 @@ def test_compiled_greedy_tokens_equal_eager_and_sampling_repeats(built):
     runs = [generate_ids(m, prompt, 300, TOK, seeds=seeds, fast=compiled.decoder(m, 1, quiet=True))
             for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["relative", "rope"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_step_draws_the_tokens_the_sampler_would_draw_from_its_logits(built, attention, batch):
+    """Plain sampling draws inside the compiled step: at every step of a 512-token generation (the
+    grammar on, temperature 0.8, a window slide), its tokens are those the eager filters and
+    inverse-CDF draw pick from the logits it returns."""
+    m = built[attention]
+    dec = compiled.decoder(m, batch, quiet=True)
+    assert dec.draws
+    seen = []
+    step_draw = dec.step_draw
+
+    def recording(ids, allowed, u, temperature):
+        logits, drawn = step_draw(ids, allowed, u, temperature)
+        seen.append((logits, drawn, allowed.clone(), u.clone()))
+        return logits, drawn
+
+    dec.step_draw = recording
+    generate_ids(m, torch.full((batch, 1), TOK.bos_id), 512, TOK, temperature=0.8, stop_at_eos=False,
+                 seeds=sample_seeds(5, 0, batch), fast=dec)
+    drawn_in_step = [(logits, drawn, allowed, u) for logits, drawn, allowed, u in seen if drawn is not None]
+    assert len(drawn_in_step) > 400  # all but the prompt's step and the steps right after slides
+    for logits, drawn, allowed, u in drawn_in_step:
+        probs = torch.softmax(filter_logits(logits, 0.8, None, None, allowed), dim=-1)
+        assert torch.equal(drawn, inverse_cdf(probs, u)[:, 0])
 
 
 @pytest.mark.slow

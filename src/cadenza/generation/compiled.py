@@ -116,10 +116,11 @@ def build(model, batch: int, path: Path, fused: bool = False) -> None:
     cfg = model.config
     cache = model.new_cache(batch)
     n = torch.export.Dim("cached", min=1, max=cfg.context - 1)
-    args = (torch.zeros(batch, 1, dtype=torch.long), cache.k[:, :, :, :2], cache.v[:, :, :, :2])
+    draw = (torch.ones(batch, cfg.vocab_size, dtype=torch.bool), torch.zeros(batch), torch.tensor(1.0))
+    args = (torch.zeros(batch, 1, dtype=torch.long), cache.k[:, :, :, :2], cache.v[:, :, :, :2], *draw)
     with torch.no_grad():
-        step = static.DecodeStep(model, fused)
-        program = torch.export.export(step, args, dynamic_shapes=({}, {3: n}, {3: n}))
+        step = static.DecodeStep(model, fused, draw=True)
+        program = torch.export.export(step, args, dynamic_shapes=({}, {3: n}, {3: n}, {}, {}, {}))
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.pt2")
         try:
             with _quiet_autotune():
@@ -172,19 +173,20 @@ def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False,
 
 
 class _Runner:
-    """Calls a compiled package's C++ runner directly with the step's three tensors. PyTorch's
+    """Calls a compiled package's C++ runner directly with the step's tensors. PyTorch's
     Python wrapper (`aoti_load_package`) imports Inductor (about 1 s) and rebuilds its input and
     output tree specs at every call (~40 us a token); the step's signature never changes.
 
     The caches must be views of a full-context `KVCache` made like the build's (as `StaticDecoder`
     passes them): the compiled kernels index with the strides seen at build time and check nothing,
-    so a contiguous copy of a slice would be read wrongly (found when benchmarking ONNX Runtime)."""
+    so a contiguous copy of a slice would be read wrongly (found when benchmarking ONNX Runtime).
+    The other inputs (ids, the grammar's mask, the uniforms) must be contiguous."""
 
     def __init__(self, loader):
         self.loader = loader
 
-    def __call__(self, ids: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        return tuple(self.loader.boxed_run([ids, k, v]))
+    def __call__(self, *args: torch.Tensor):
+        return tuple(self.loader.boxed_run(list(args)))
 
 
 def _load_package(path: Path):
@@ -216,4 +218,4 @@ def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = Fals
             fused_attention: bool = True) -> "static.StaticDecoder | None":
     """A `StaticDecoder` on the compiled step, or None where it does not apply."""
     fn = load(model, batch, build_missing=build_missing, quiet=quiet, fused_attention=fused_attention)
-    return static.StaticDecoder(model, batch, fn) if fn is not None else None
+    return static.StaticDecoder(model, batch, fn, draws=True) if fn is not None else None

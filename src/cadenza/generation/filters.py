@@ -1,13 +1,17 @@
-"""Logit filters as small pure functions: temperature, top-k, top-p, and the grammar's mask."""
+"""Logit filters as small pure functions: temperature, top-k, top-p, the grammar's mask, the draw."""
 
 from __future__ import annotations
 
 import torch
 
 
-def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def check_temperature(temperature: float) -> None:
     if temperature <= 0:
         raise ValueError("temperature must be > 0 (use top_k=1 for greedy decoding)")
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    check_temperature(temperature)
     return logits if temperature == 1.0 else logits / temperature  # x / 1 is x: skip the operator
 
 
@@ -37,3 +41,20 @@ def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None, to
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
     return top_p_filter(top_k_filter(apply_temperature(logits, temperature), top_k), top_p)
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from `probs` (B, V) given uniforms `u` (B,) in [0, 1): the first token whose
+    cumulative probability exceeds u. A token of probability 0 is never drawn."""
+    cdf = probs.cumsum(-1)
+    x = (u.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, x, right=True).clamp_(max=probs.shape[-1] - 1)
+
+
+def plain_draw(logits: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """The next token of each row (B,) under the grammar's mask and a temperature (a 0-d tensor),
+    without top-k or top-p: `filter_logits`, softmax and `inverse_cdf` as tensor code only, so the
+    compiled decode step can draw inside its one native call (dividing by a temperature of 1 is
+    exact, as skipping it is)."""
+    masked = logits.float().masked_fill(~allowed, float("-inf")) / temperature
+    return inverse_cdf(torch.softmax(masked, dim=-1), u)[:, 0]

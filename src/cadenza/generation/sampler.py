@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cadenza.generation.filters import filter_logits
+from cadenza.generation.filters import check_temperature, filter_logits, inverse_cdf  # noqa: F401
 
 
 class _Window:
@@ -39,12 +39,26 @@ class _Window:
             return seq
         return torch.cat([seq[:, :self.keep], seq[:, self.start:]], 1) if self.keep else seq[:, self.start:]
 
+    def _slides(self, n: int) -> bool:
+        """Whether feeding a sequence of n tokens needs the window to slide first."""
+        width = n if self.start == 0 else self.keep + n - self.start
+        return not self.is_lstm and width > self.context
+
+    @torch.no_grad()
+    def next_token(self, seq: torch.Tensor, n_new: int, allowed: torch.Tensor, u: torch.Tensor,
+                   temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits, the tokens the compiled step drew from them) for the token after `seq`, or
+        (logits, None) where the step cannot draw: a prompt, a window slide, no drawing step."""
+        n = seq.shape[1]
+        if self.fast is not None and n_new == 1 and not self._slides(n):
+            return self.fast.step_draw(seq[:, n - 1:], allowed, u, temperature)
+        return self.next_logits(seq, n_new), None
+
     @torch.no_grad()
     def next_logits(self, seq: torch.Tensor, n_new: int) -> torch.Tensor:
         """Logits for the token after `seq` (B, N); the last `n_new` tokens are not yet fed."""
         n = seq.shape[1]
-        width = n if self.start == 0 else self.keep + n - self.start
-        if not self.is_lstm and width > self.context:
+        if self._slides(n):
             self.start = n - (self.context - self.slide - self.keep)
             if self.cache is not None:
                 self.cache.reset()
@@ -63,14 +77,6 @@ def sample_seeds(seed: int, first: int, count: int) -> list[int]:
     its own, so it is the same whatever the batch size or the number of samples around it."""
     return [int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0] >> 1)
             for i in range(first, first + count)]
-
-
-def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One draw per row from `probs` (B, V) given uniforms `u` (B,) in [0, 1): the first token whose
-    cumulative probability exceeds u. A token of probability 0 is never drawn."""
-    cdf = probs.cumsum(-1)
-    x = (u.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
-    return torch.searchsorted(cdf, x, right=True).clamp_(max=probs.shape[-1] - 1)
 
 
 def _uniforms(b: int, n: int, device, generator: torch.Generator | None, seeds: list[int] | None) -> torch.Tensor:
@@ -131,16 +137,13 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
     seq = torch.full((rows.shape[0], t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
     seq[:, :t0] = rows
-    u = _uniforms(b, max_new_tokens, device, generator, seeds)
+    u = _uniforms(b, max_new_tokens, device, generator, seeds).t().contiguous()  # u[step]: one per row
     stop = _Stop(tokenizer, b, device, stop_at_eos, stop_seconds)
+    draw = _Draw(b, temperature, top_k, top_p, guidance, fast)
     n_new, n = t0, t0
     for step in range(max_new_tokens):
-        logits = window.next_logits(seq[:, :n], n_new)
-        if guided:
-            cond, uncond = logits[:b].float(), logits[b:].float()
-            logits = uncond + guidance * (cond - uncond)
-        logits = filter_logits(logits, temperature, top_k, top_p, grammar.allowed())
-        nxt = torch.where(stop.done, tokenizer.pad_id, inverse_cdf(torch.softmax(logits, dim=-1), u[:, step])[:, 0])
+        drawn = draw(window, seq[:, :n], n_new, grammar.allowed(), u[step])
+        nxt = torch.where(stop.done, tokenizer.pad_id, drawn) if stop.can_stop else drawn
         grammar.observe(nxt[:, None])
         seq[:, n] = nxt.repeat(2) if guided else nxt
         n, n_new = n + 1, 1
@@ -156,6 +159,35 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
             row.pop()
         out.append(row)
     return grammar.close(out) if constrained else out
+
+
+class _Draw:
+    """The next token of every row: the model's logits, classifier-free guidance, the grammar's
+    mask and the filters, then an inverse-CDF draw from the row's uniform. With plain sampling (no
+    guidance, top-k or top-p) and a step that draws (`StaticDecoder.draws`), the compiled step does
+    all of it in its one native call; otherwise, and for prompts and window slides, it is done here."""
+
+    def __init__(self, b: int, temperature: float, top_k: int | None, top_p: float | None, guidance: float,
+                 fast) -> None:
+        check_temperature(temperature)
+        self.b, self.temperature, self.top_k, self.top_p, self.guidance = b, temperature, top_k, top_p, guidance
+        plain = guidance == 1.0 and not top_k and (top_p is None or top_p >= 1.0)
+        self.in_step = plain and fast is not None and fast.draws
+        self.t = torch.tensor(float(temperature))
+
+    def __call__(self, window: _Window, seq: torch.Tensor, n_new: int, allowed: torch.Tensor,
+                 u: torch.Tensor) -> torch.Tensor:
+        if self.in_step:
+            logits, drawn = window.next_token(seq, n_new, allowed, u, self.t)
+            if drawn is not None:
+                return drawn
+        else:
+            logits = window.next_logits(seq, n_new)
+        if self.guidance != 1.0:
+            cond, uncond = logits[:self.b].float(), logits[self.b:].float()
+            logits = uncond + self.guidance * (cond - uncond)
+        logits = filter_logits(logits, self.temperature, self.top_k, self.top_p, allowed)
+        return inverse_cdf(torch.softmax(logits, dim=-1), u)[:, 0]
 
 
 def _unconditioned(prompts: torch.Tensor, tokenizer) -> torch.Tensor:
@@ -175,6 +207,7 @@ class _Stop:
         self.clock = torch.zeros(b, dtype=exact, device=device)
         secs = tokenizer.token_seconds() if seconds is not None else None
         self.secs = torch.as_tensor(secs, dtype=exact, device=device) if secs is not None else None
+        self.can_stop = at_eos or self.secs is not None  # else no row ever finishes early
 
     def update(self, nxt: torch.Tensor) -> bool:
         """Take in the tokens just drawn; True when every row is finished."""

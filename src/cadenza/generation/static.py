@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from cadenza.generation import kernel
+from cadenza.generation.filters import plain_draw
 from cadenza.models.attention import KVCache, rotate
 
 
@@ -93,14 +94,19 @@ def cache_attention(q, kc, vc, rel, k_self, v):
 class DecodeStep(nn.Module):
     """``forward(ids (B, 1), k (L, B, H, n, Dh), v)`` -> (logits (B, V), new k, new v (L, B, H, Dh)).
 
-    `fused`: attend through the native kernel (default: when it is loaded in this process)."""
+    `fused`: attend through the native kernel (default: when it is loaded in this process). With
+    `draw`, forward also takes the grammar's mask (B, V), the step's uniforms (B,) and a temperature
+    (0-d) and returns the drawn tokens (B,) after the logits (`filters.plain_draw`): the sampler's
+    plain draw inside the step, where its operators would otherwise each cost a dispatch."""
 
-    def __init__(self, model, fused: bool | None = None):
+    def __init__(self, model, fused: bool | None = None, draw: bool = False):
         super().__init__()
         self.model = model
         self.fused = kernel.ready(build=False) if fused is None else fused
+        self.draw = draw
 
-    def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
+    def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, allowed=None, u=None,
+                temperature=None):
         m = self.model
         n = k_cache.shape[3]
         x = m.tok_emb(ids)
@@ -113,23 +119,32 @@ class DecodeStep(nn.Module):
             x = x + block.mlp(block.ln2(x))
             new_k.append(k)
             new_v.append(v)
-        return m.head(m.ln_f(x))[:, -1], torch.stack(new_k), torch.stack(new_v)
+        logits = m.head(m.ln_f(x))[:, -1]
+        if self.draw:
+            return logits, plain_draw(logits, allowed, u, temperature), torch.stack(new_k), torch.stack(new_v)
+        return logits, torch.stack(new_k), torch.stack(new_v)
 
 
 class StaticDecoder:
     """Incremental decoding of a batch through a step function (compiled or `DecodeStep` itself).
 
     Owns a `KVCache` of the full context: `prefill(ids)` fills it with the eager model (any length),
-    `step(ids)` feeds one token per row through the step and returns the next logits.
+    `step(ids)` feeds one token per row through the step and returns the next logits, and
+    `step_draw` also draws the next tokens inside the step when it `draws` (a `DecodeStep` with
+    `draw`, as compiled packages are built).
     """
 
-    def __init__(self, model, batch: int, step: Callable | None = None):
+    def __init__(self, model, batch: int, step: Callable | None = None, draws: bool = False):
         reason = unsupported(model)
         if reason:
             raise ValueError(f"no static decode step: {reason}")
         self.model = model
         self.cache: KVCache = model.new_cache(batch)
-        self._step = step if step is not None else DecodeStep(model)
+        self._step = step if step is not None else DecodeStep(model, draw=draws)
+        self.draws = draws
+        vocab = model.config.vocab_size
+        # inputs of a drawing step whose draw `step` ignores: all allowed, u = 0, temperature 1
+        self._idle = (torch.ones(batch, vocab, dtype=torch.bool), torch.zeros(batch), torch.tensor(1.0))
 
     def reset(self) -> None:
         self.cache.reset()
@@ -140,14 +155,27 @@ class StaticDecoder:
 
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (B, 1); the logits (B, V) of the token after it."""
-        c, n = self.cache, self.cache.pos
-        if n == 0:
+        if self.cache.pos == 0:
             return self.prefill(ids)  # the compiled step needs at least one cached position
+        return self._run(ids, *self._idle)[0]
+
+    def step_draw(self, ids: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor,
+                  temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed one token per row (B, 1) -> (the next logits, the tokens drawn from them with
+        `filters.plain_draw`), or (logits, None) where the step does not draw (the caller draws)."""
+        if not self.draws or self.cache.pos == 0:
+            return self.step(ids), None
+        return self._run(ids, allowed, u, temperature)
+
+    def _run(self, ids, allowed, u, temperature):
+        c, n = self.cache, self.cache.pos
         if n >= c.max_len:
             raise RuntimeError(f"KV cache full ({c.max_len} positions); slide the window first")
         # A compiled package assumes contiguous ids: a strided column of a wider buffer gave wrong rows.
-        logits, k, v = self._step(ids.contiguous(), c.k.narrow(3, 0, n), c.v.narrow(3, 0, n))
+        args = (ids.contiguous(), c.k.narrow(3, 0, n), c.v.narrow(3, 0, n))
+        out = self._step(*args, allowed.contiguous(), u.contiguous(), temperature) if self.draws else self._step(*args)
+        k, v = out[-2:]
         c.k.select(3, n).copy_(k)
         c.v.select(3, n).copy_(v)
         c.pos = n + 1
-        return logits
+        return (out[0], out[1]) if self.draws else (out[0], None)
