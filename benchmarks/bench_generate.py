@@ -116,7 +116,7 @@ def step_profile(attentions: list[str], batches: list[int], lengths=(64, 448), r
     it reads); beside each, the time to read that filled cache once with a plain reduction (the
     ceiling for the growth: what the step's attention loops cost beyond it is their code, not the
     memory) and the machine's memory bandwidth (a 64 MB copy)."""
-    from cadenza.generation import compiled
+    from cadenza.generation import compiled, static
 
     out: dict = {}
     read: dict = {}
@@ -131,12 +131,14 @@ def step_profile(attentions: list[str], batches: list[int], lengths=(64, 448), r
             cache.k.normal_()  # pages the whole buffer in, as a generation's writes do
             cache.v.normal_()
             ids = torch.full((b, 1), 5)
+            draw = static.idle_draw(b, m.config.vocab_size)  # the step draws too, as in generation
             for n in lengths:
                 k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
                 key = f"{attention} batch {b}, {n} cached"
                 with torch.inference_mode():  # as in generation
-                    out[key] = median_ms(lambda: fn(ids, k, v), calls=repeats // 5, warm_up=1)
-                    out[f"{key}, {ABLATION}"] = median_ms(lambda: plain(ids, k, v), calls=repeats // 5, warm_up=1)
+                    out[key] = median_ms(lambda: fn(ids, k, v, *draw), calls=repeats // 5, warm_up=1)
+                    out[f"{key}, {ABLATION}"] = median_ms(lambda: plain(ids, k, v, *draw), calls=repeats // 5,
+                                                         warm_up=1)
                     read[key] = median_ms(lambda: (k.sum(), v.sum()), calls=repeats // 5, warm_up=1)
     src = torch.ones(16 * 1024 * 1024)
     dst = torch.empty_like(src)

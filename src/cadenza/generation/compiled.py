@@ -116,7 +116,7 @@ def build(model, batch: int, path: Path, fused: bool = False) -> None:
     cfg = model.config
     cache = model.new_cache(batch)
     n = torch.export.Dim("cached", min=1, max=cfg.context - 1)
-    draw = (torch.ones(batch, cfg.vocab_size, dtype=torch.bool), torch.zeros(batch), torch.tensor(1.0))
+    draw = static.idle_draw(batch, cfg.vocab_size)
     args = (torch.zeros(batch, 1, dtype=torch.long), cache.k[:, :, :, :2], cache.v[:, :, :, :2], *draw)
     with torch.no_grad():
         step = static.DecodeStep(model, fused, draw=True)

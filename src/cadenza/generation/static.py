@@ -125,6 +125,12 @@ class DecodeStep(nn.Module):
         return logits, torch.stack(new_k), torch.stack(new_v)
 
 
+def idle_draw(batch: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw inputs for a drawing step whose draw is not wanted (only its logits): every token
+    allowed, uniforms 0, temperature 1."""
+    return torch.ones(batch, vocab, dtype=torch.bool), torch.zeros(batch), torch.tensor(1.0)
+
+
 class StaticDecoder:
     """Incremental decoding of a batch through a step function (compiled or `DecodeStep` itself).
 
@@ -142,9 +148,7 @@ class StaticDecoder:
         self.cache: KVCache = model.new_cache(batch)
         self._step = step if step is not None else DecodeStep(model, draw=draws)
         self.draws = draws
-        vocab = model.config.vocab_size
-        # inputs of a drawing step whose draw `step` ignores: all allowed, u = 0, temperature 1
-        self._idle = (torch.ones(batch, vocab, dtype=torch.bool), torch.zeros(batch), torch.tensor(1.0))
+        self._idle = idle_draw(batch, model.config.vocab_size)
 
     def reset(self) -> None:
         self.cache.reset()
