@@ -72,17 +72,38 @@ def test_a_step_through_the_kernel_gives_the_step_through_inductor_arithmetic(op
 
 
 def test_a_failed_build_is_reported_once_and_the_step_keeps_inductors_loops(tmp_path, monkeypatch):
+    cxx = tmp_path / "bin" / "c++"  # a compiler that writes part of its output, then fails
+    cxx.parent.mkdir()
+    cxx.write_text('#!/bin/sh\nwhile [ "$#" -gt 0 ]; do [ "$1" = -o ] && echo half > "$2"; shift; done\n'
+                   'echo "error: out of memory" >&2; exit 1\n')
+    cxx.chmod(0o755)
     monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    monkeypatch.setenv("CXX", "false")  # a compiler that always fails
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(cxx))
     monkeypatch.setattr(kernel, "_STATE", {})
     if kernel.unavailable():
         pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
-    with pytest.warns(RuntimeWarning, match="could not build the attention kernel"):
+    with pytest.warns(RuntimeWarning, match="could not build the attention kernel: error: out of memory"):
         assert not kernel.ready()
     assert "could not build" in kernel.unavailable()
     assert not kernel.ready()  # not retried
-    assert not list(tmp_path.rglob("*.so"))  # nothing half-written left in the cache
+    assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-written left in the cache
+
+
+def test_a_damaged_library_in_the_cache_is_reported_and_removed(tmp_path, monkeypatch):
+    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernel, "_STATE", {})
+    if kernel.unavailable():
+        pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
+    # as in a fresh process, whether or not another test loaded the kernel into this one
+    monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key", lambda op, key: False)
+    path = kernel.library_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a shared library")
+    with pytest.warns(RuntimeWarning, match="could not load the attention kernel"):
+        assert not kernel.ready()
+    assert not path.exists()  # the next process builds it again
 
 
 def test_without_build_a_missing_kernel_is_not_built(tmp_path, monkeypatch):

@@ -48,6 +48,22 @@ def test_step_function_matches_the_eager_model(attention):
     assert max((a - b).abs().max().item() for a, b in zip(ref, got)) < 1e-4
 
 
+def test_a_drawing_step_refuses_draw_inputs_it_would_misread():
+    m = model("rope")
+    dec = StaticDecoder(m, 2, draws=True)
+    ids = torch.tensor([[5], [7]])
+    allowed = torch.zeros(2, TOK.vocab_size, dtype=torch.bool)
+    allowed[:, 40:60] = True
+    with torch.inference_mode():
+        dec.step(ids)  # the prompt fills the cache
+        logits, drawn = dec.step_draw(ids, allowed, torch.full((2,), 0.5), torch.tensor(0.9))
+        assert logits.shape == (2, TOK.vocab_size) and ((drawn >= 40) & (drawn < 60)).all()
+        with pytest.raises(ValueError, match="mask"):
+            dec.step_draw(ids, allowed[:, :-1], torch.zeros(2), torch.tensor(1.0))
+        with pytest.raises(ValueError, match="uniforms"):
+            dec.step_draw(ids, allowed, torch.zeros(2, dtype=torch.float64), torch.tensor(1.0))
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Compiled steps built into a private cache, once for the module."""
@@ -98,7 +114,6 @@ def test_the_step_draws_the_tokens_the_sampler_would_draw_from_its_logits(built,
     inverse-CDF draw pick from the logits it returns."""
     m = built[attention]
     dec = compiled.decoder(m, batch, quiet=True)
-    assert dec.draws
     seen = []
     step_draw = dec.step_draw
 
@@ -115,6 +130,23 @@ def test_the_step_draws_the_tokens_the_sampler_would_draw_from_its_logits(built,
     for logits, drawn, allowed, u in drawn_in_step:
         probs = torch.softmax(filter_logits(logits, 0.8, None, None, allowed), dim=-1)
         assert torch.equal(drawn, inverse_cdf(probs, u)[:, 0])
+
+
+@pytest.mark.slow
+def test_a_step_whose_kernel_call_does_not_build_falls_back_to_inductors_attention(built, monkeypatch):
+    m = built["rope"]
+    real = compiled.build
+
+    def build(model, batch, path, fused=False):
+        if fused:
+            raise RuntimeError("this PyTorch cannot call custom operators from a package")
+        real(model, batch, path, fused)
+
+    monkeypatch.setattr(compiled, "build", build)
+    with pytest.warns(RuntimeWarning, match="could not compile the decode step"):
+        fn = compiled.load(m, 5, quiet=True)  # a batch size no other test builds
+    assert fn is not None
+    assert compiled.load(m, 5, quiet=True) is fn  # found again without another build
 
 
 @pytest.mark.slow

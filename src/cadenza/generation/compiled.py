@@ -83,8 +83,14 @@ def package_key(model, batch: int, fused: bool = False) -> str:
 
 @lru_cache(maxsize=None)
 def _step_code() -> str:
-    """A hash of the step's source, read once: a package built from other code is not reused."""
-    return hashlib.sha256(Path(static.__file__).read_bytes()).hexdigest()
+    """A hash of the step's source (the step, its draw, the kernel's schema), read once: a package
+    built from other code is not reused."""
+    from cadenza.generation import filters
+
+    h = hashlib.sha256()
+    for module in (static, filters, kernel):
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()
 
 
 def _weights_hash(model) -> str:
@@ -158,15 +164,19 @@ def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False,
     fused = fused_attention and kernel.ready(build=build_missing, quiet=quiet)
     key = package_key(model, batch, fused)
     with _LOCK:  # held only for lookups: a job asking while another thread builds never waits
-        if key in _LOADED or key in _FAILED:
-            return _LOADED.get(key)
+        found, failed = _LOADED.get(key), key in _FAILED
+    if found is not None:
+        return found
+    if failed:  # with the kernel it failed to build; with Inductor's own attention it may still
+        return load(model, batch, build_missing=build_missing, quiet=quiet, fused_attention=False) if fused else None
     path = cache_dir() / f"step-{key}.pt2"
     if not path.exists():
         if not build_missing:
             return None
         with _BUILD_LOCK:  # one build at a time; a second caller finds the file the first wrote
-            if not path.exists() and not _build(model, batch, path, key, quiet, fused):
-                return None
+            built = path.exists() or _build(model, batch, path, key, quiet, fused)
+        if not built:  # outside the lock: the fallback may build too
+            return load(model, batch, quiet=quiet, fused_attention=False) if fused else None
     fn = _load_package(path)
     with _LOCK:
         return _LOADED.setdefault(key, fn)

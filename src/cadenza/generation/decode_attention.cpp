@@ -88,7 +88,8 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& kc, const at:
   for (const auto* t : {&q, &kc, &vc, &k_self, &v_self})
     TORCH_CHECK(t->scalar_type() == at::kFloat && t->device().is_cpu(), "decode_attention: float32 CPU tensors only");
   const int64_t B = kc.size(0), H = kc.size(1), n = kc.size(2), D = kc.size(3);
-  TORCH_CHECK(vc.sizes() == kc.sizes() && q.size(0) == B && q.size(1) == H && q.size(2) == D,
+  TORCH_CHECK(vc.sizes() == kc.sizes() && q.size(0) == B && q.size(1) == H && q.size(2) == D &&
+              k_self.sizes() == q.sizes() && v_self.sizes() == q.sizes(),
               "decode_attention: shapes do not match");
   TORCH_CHECK(kc.stride(3) == 1 && vc.stride(3) == 1, "decode_attention: cache rows must be contiguous");
   auto qq = q.contiguous(), ks = k_self.contiguous(), vs = v_self.contiguous();

@@ -34,9 +34,12 @@ _DEF = torch.library.Library("cadenza", "DEF")  # kept alive: the op lives as lo
 _DEF.define(SCHEMA)
 
 
-@torch.library.register_fake("cadenza::decode_attention")
 def _shape(q, kc, vc, rel, k_self, v_self):
     return q.new_empty(q.shape)
+
+
+# register_fake is torch >= 2.4's name for 2.3's impl_abstract
+(getattr(torch.library, "register_fake", None) or torch.library.impl_abstract)("cadenza::decode_attention")(_shape)
 
 
 _LOCK = threading.Lock()
@@ -64,16 +67,24 @@ def ready(build: bool = True, quiet: bool = True) -> bool:
             try:
                 _compile(path)
             except (OSError, subprocess.SubprocessError) as e:
-                _STATE["failed"] = f"could not build the attention kernel: {_tail(e)}"
-                warnings.warn(f"{_STATE['failed']}; the decode step uses Inductor's loops", RuntimeWarning,
-                              stacklevel=2)
-                return False
-        if not torch._C._dispatch_has_kernel_for_dispatch_key("cadenza::decode_attention", "CPU"):
-            torch.ops.load_library(str(path))  # registers the CPU code (once: a second would clash)
+                return _fail(f"could not build the attention kernel: {_tail(e)}")
+        try:
+            if not torch._C._dispatch_has_kernel_for_dispatch_key("cadenza::decode_attention", "CPU"):
+                torch.ops.load_library(str(path))  # registers the CPU code (once: a second would clash)
+        except (OSError, RuntimeError) as e:  # a damaged file, or a torch it was not built against
+            path.unlink(missing_ok=True)  # the next process builds it again
+            return _fail(f"could not load the attention kernel ({path.name}): {str(e)[:200]}")
         _STATE["loaded"] = str(path)
         return True
     finally:
         _LOCK.release()
+
+
+def _fail(reason: str) -> bool:
+    """Record why the kernel is not used in this process (not retried), and say so once."""
+    _STATE["failed"] = reason
+    warnings.warn(f"{reason}; the decode step uses Inductor's loops", RuntimeWarning, stacklevel=3)
+    return False
 
 
 def unavailable() -> str | None:
