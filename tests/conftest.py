@@ -135,3 +135,33 @@ def tokenizer():
 
 
 __all__ = ["make_score", "write_score", "random_piece", "shared", "symusic"]
+
+
+
+def allow_compiling(mp: pytest.MonkeyPatch, cache: Path) -> None:
+    """Compiling on (the suite decodes eagerly, above), into the cache folder `cache`; skips the test
+    where no compiled decode step can be built (no C++ compiler)."""
+    from cadenza.generation import compiled
+
+    mp.delenv("CADENZA_NO_COMPILE", raising=False)
+    mp.setenv("CADENZA_CACHE", str(cache))
+    if compiled.available():
+        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+
+
+@pytest.fixture(scope="module")
+def compile_here(tmp_path_factory):
+    """`allow_compiling` into a private cache shared by one test module's tests (builds are slow)."""
+    mp = pytest.MonkeyPatch()
+    try:
+        allow_compiling(mp, tmp_path_factory.mktemp("cache"))
+        yield
+    finally:
+        mp.undo()
+
+
+@pytest.fixture
+def compiling(monkeypatch, tmp_path):
+    """`allow_compiling` into an empty cache, tmp_path (returned), for one test."""
+    allow_compiling(monkeypatch, tmp_path)
+    return tmp_path

@@ -15,16 +15,11 @@ from cadenza.generation.static import DecodeStep, cache_attention
 
 
 @pytest.fixture(scope="module")
-def op(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.delenv("CADENZA_NO_COMPILE", raising=False)
-    mp.setenv("CADENZA_CACHE", str(tmp_path_factory.mktemp("cache")))
+def op(compile_here):
     if kernel.unavailable():
-        mp.undo()
         pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
     assert kernel.ready(), kernel.unavailable()
-    yield torch.ops.cadenza.decode_attention
-    mp.undo()
+    return torch.ops.cadenza.decode_attention
 
 
 @pytest.mark.parametrize("head_dim", [16, 64, 24])  # 24: not a whole number of vectors
@@ -71,31 +66,28 @@ def test_a_step_through_the_kernel_gives_the_step_through_inductor_arithmetic(op
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-def test_a_failed_build_is_reported_once_and_the_step_keeps_inductors_loops(tmp_path, monkeypatch):
-    cxx = tmp_path / "bin" / "c++"  # a compiler that writes part of its output, then fails
+@pytest.fixture
+def fresh(compiling, monkeypatch):
+    """As in a new process: no kernel loaded or failed yet, an empty cache (returned)."""
+    monkeypatch.setattr(kernel, "_STATE", {})
+    return compiling
+
+
+def test_a_failed_build_is_reported_once_and_the_step_keeps_inductors_loops(fresh, monkeypatch):
+    cxx = fresh / "bin" / "c++"  # a compiler that writes part of its output, then fails
     cxx.parent.mkdir()
     cxx.write_text('#!/bin/sh\nwhile [ "$#" -gt 0 ]; do [ "$1" = -o ] && echo half > "$2"; shift; done\n'
                    'echo "error: out of memory" >&2; exit 1\n')
     cxx.chmod(0o755)
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(cxx))
-    monkeypatch.setattr(kernel, "_STATE", {})
-    if kernel.unavailable():
-        pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
     with pytest.warns(RuntimeWarning, match="could not build the attention kernel: error: out of memory"):
         assert not kernel.ready()
     assert "could not build" in kernel.unavailable()
     assert not kernel.ready()  # not retried
-    assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-written left in the cache
+    assert not list(fresh.rglob("*.so")) and not list(fresh.rglob(".*tmp"))  # nothing half-written left
 
 
-def test_a_damaged_library_in_the_cache_is_reported_and_removed(tmp_path, monkeypatch):
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernel, "_STATE", {})
-    if kernel.unavailable():
-        pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
+def test_a_damaged_library_in_the_cache_is_reported_and_removed(fresh, monkeypatch):
     # as in a fresh process, whether or not another test loaded the kernel into this one
     monkeypatch.setattr(torch._C, "_dispatch_has_kernel_for_dispatch_key", lambda op, key: False)
     path = kernel.library_path()
@@ -106,9 +98,6 @@ def test_a_damaged_library_in_the_cache_is_reported_and_removed(tmp_path, monkey
     assert not path.exists()  # the next process builds it again
 
 
-def test_without_build_a_missing_kernel_is_not_built(tmp_path, monkeypatch):
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernel, "_STATE", {})
+def test_without_build_a_missing_kernel_is_not_built(fresh):
     assert not kernel.ready(build=False)
-    assert not (tmp_path / "kernels").exists()
+    assert not (fresh / "kernels").exists()

@@ -65,16 +65,9 @@ def test_a_drawing_step_refuses_draw_inputs_it_would_misread():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """Compiled steps built into a private cache, once for the module."""
-    mp = pytest.MonkeyPatch()
-    mp.delenv("CADENZA_NO_COMPILE", raising=False)
-    mp.setenv("CADENZA_CACHE", str(tmp_path_factory.mktemp("cache")))
-    if compiled.available():
-        mp.undo()
-        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
-    yield {att: model(att) for att in ("relative", "rope")}
-    mp.undo()
+def built(compile_here):
+    """Models whose compiled steps the tests build into a private cache, once for the module."""
+    return {att: model(att) for att in ("relative", "rope")}
 
 
 @pytest.mark.slow

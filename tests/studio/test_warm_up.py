@@ -12,16 +12,6 @@ from cadenza.studio.registry import Registry
 from cadenza.studio.runner import warm_up
 
 
-@pytest.fixture
-def compiling(monkeypatch, tmp_path):
-    """Compiling on, into an empty cache under tmp_path (returned); skips where it cannot be."""
-    monkeypatch.delenv("CADENZA_NO_COMPILE", raising=False)
-    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
-    if compiled.available():
-        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
-    return tmp_path
-
-
 def test_warm_up_does_nothing_when_compiling_is_off(studio_runs, monkeypatch, tmp_path):
     monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
     monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))

@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from cadenza.generation import kernel, static
+from cadenza.generation import filters, kernel, static
 
 _LOADED: dict[str, Callable] = {}
 _LOCK = threading.Lock()
@@ -85,8 +85,6 @@ def package_key(model, batch: int, fused: bool = False) -> str:
 def _step_code() -> str:
     """A hash of the step's source (the step, its draw, the kernel's schema), read once: a package
     built from other code is not reused."""
-    from cadenza.generation import filters
-
     h = hashlib.sha256()
     for module in (static, filters, kernel):
         h.update(Path(module.__file__).read_bytes())
@@ -167,16 +165,14 @@ def load(model, batch: int, *, build_missing: bool = True, quiet: bool = False,
         found, failed = _LOADED.get(key), key in _FAILED
     if found is not None:
         return found
-    if failed:  # with the kernel it failed to build; with Inductor's own attention it may still
-        return load(model, batch, build_missing=build_missing, quiet=quiet, fused_attention=False) if fused else None
     path = cache_dir() / f"step-{key}.pt2"
-    if not path.exists():
+    if not failed and not path.exists():
         if not build_missing:
             return None
         with _BUILD_LOCK:  # one build at a time; a second caller finds the file the first wrote
-            built = path.exists() or _build(model, batch, path, key, quiet, fused)
-        if not built:  # outside the lock: the fallback may build too
-            return load(model, batch, quiet=quiet, fused_attention=False) if fused else None
+            failed = not (path.exists() or _build(model, batch, path, key, quiet, fused))
+    if failed:  # with the kernel it did not build; with Inductor's own attention it may (outside the lock)
+        return load(model, batch, build_missing=build_missing, quiet=quiet, fused_attention=False) if fused else None
     fn = _load_package(path)
     with _LOCK:
         return _LOADED.setdefault(key, fn)

@@ -56,5 +56,4 @@ def plain_draw(logits: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor, tem
     without top-k or top-p: `filter_logits`, softmax and `inverse_cdf` as tensor code only, so the
     compiled decode step can draw inside its one native call (dividing by a temperature of 1 is
     exact, as skipping it is)."""
-    masked = logits.float().masked_fill(~allowed, float("-inf")) / temperature
-    return inverse_cdf(torch.softmax(masked, dim=-1), u)[:, 0]
+    return inverse_cdf(torch.softmax(filter_logits(logits, allowed=allowed) / temperature, dim=-1), u)[:, 0]

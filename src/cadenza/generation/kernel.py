@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from cadenza.atomic import atomic_path
+
 SOURCE = Path(__file__).with_name("decode_attention.cpp")
 SCHEMA = "decode_attention(Tensor q, Tensor kc, Tensor vc, Tensor? rel, Tensor k_self, Tensor v_self) -> Tensor"
 
@@ -123,17 +125,12 @@ def _compile(path: Path) -> None:
     isa = pick_vec_isa()
     flags = [f"-D{m}" for m in isa.build_macro()] + isa.build_arch_flags().split() if isa else []
     lib = Path(torch.__file__).parent / "lib"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.so")
-    cmd = [_cxx(), "-O3", "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-w",
-           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *flags,
-           *(f"-I{p}" for p in include_paths()), str(SOURCE), "-o", str(tmp),
-           f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp:  # the compiler writes a temporary file, renamed only on success
+        subprocess.run([_cxx(), "-O3", "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-w",
+                        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *flags,
+                        *(f"-I{p}" for p in include_paths()), str(SOURCE), "-o", str(tmp),
+                        f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"],
+                       check=True, capture_output=True, text=True, timeout=600)
 
 
 def _tail(e: Exception) -> str:

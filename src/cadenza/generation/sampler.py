@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cadenza.generation.filters import check_temperature, filter_logits, inverse_cdf  # noqa: F401
+from cadenza.generation.filters import check_temperature, filter_logits, inverse_cdf
 
 
 class _Window:

@@ -169,16 +169,16 @@ class StaticDecoder:
         `filters.plain_draw`), or (logits, None) where the step does not draw (the caller draws)."""
         if not self.draws or self.cache.pos == 0:
             return self.step(ids), None
+        for got, want, name in zip((allowed, u, temperature), self._idle, ("mask", "uniforms", "temperature")):
+            if got.shape != want.shape or got.dtype != want.dtype:  # a compiled step reads them unchecked
+                raise ValueError(f"the step's {name} is {tuple(got.shape)} {got.dtype}; it takes "
+                                 f"{tuple(want.shape)} {want.dtype}")
         return self._run(ids, allowed, u, temperature)
 
     def _run(self, ids, allowed, u, temperature):
         c, n = self.cache, self.cache.pos
         if n >= c.max_len:
             raise RuntimeError(f"KV cache full ({c.max_len} positions); slide the window first")
-        for got, want, name in zip((allowed, u, temperature), self._idle, ("mask", "uniforms", "temperature")):
-            if got.shape != want.shape or got.dtype != want.dtype:  # a compiled step reads them unchecked
-                raise ValueError(f"the step's {name} is {tuple(got.shape)} {got.dtype}; it takes "
-                                 f"{tuple(want.shape)} {want.dtype}")
         # A compiled package assumes contiguous ids: a strided column of a wider buffer gave wrong rows.
         args = (ids.contiguous(), c.k.narrow(3, 0, n), c.v.narrow(3, 0, n))
         out = self._step(*args, allowed.contiguous(), u.contiguous(), temperature) if self.draws else self._step(*args)
