@@ -202,3 +202,32 @@ def test_the_shipped_model_plays_every_style_in_the_studio(client):
         assert events(client, r.json()["id"])[-1]["event"] == "done", style
         result = client.get(f"/api/jobs/{r.json()['id']}").json()["result"]
         assert result["variations"][0]["notes"] >= 3, f"{style}: {result['variations'][0]['notes']} notes in 3 s"
+
+
+def test_a_burst_of_requests_runs_in_a_bounded_number_of_threads(studio_runs, tmp_path):
+    """Handlers that may block share `max_threads` threads: a burst queues for them instead of
+    starting a thread per request (each new thread's stack and malloc cache stays in the process)."""
+    app = create_app(tmp_path / "data", studio_runs, Limits(max_threads=3))
+    inside, peak, lock = [0], [0], threading.Lock()
+    scan = app.state.registry.entries
+
+    def slow_scan():  # a --runs folder on a slow disk
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        time.sleep(0.2)
+        with lock:
+            inside[0] -= 1
+        return scan()
+
+    app.state.registry.entries = slow_scan
+    with TestClient(app) as c:
+        codes = []
+        burst = [threading.Thread(target=lambda: codes.append(c.get("/api/models").status_code)) for _ in range(12)]
+        for t in burst:
+            t.start()
+        for t in burst:
+            t.join()
+        assert codes == [200] * 12
+        assert 1 < peak[0] <= 3  # concurrent, within the bound
+        assert c.get("/api/health").json()["ok"]  # cheap handlers run on the event loop meanwhile

@@ -8,6 +8,7 @@ names the field and its range. See docs/studio.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from dataclasses import dataclass, fields
@@ -15,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, File, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -36,6 +38,10 @@ class Limits:
     max_seconds: float = 120.0
     max_tokens: int = 8000  # per variation
     keep_finished: int = 16  # finished jobs kept in memory for late listeners; older ones are read from disk
+    # Handlers that may block (a folder scan, a piano roll, a score) run in at most this many threads.
+    # Starlette's default is 40, started as load peaks: each new thread's stack and malloc cache made
+    # the server's memory creep up round after round of a steady load.
+    max_threads: int = 4
 
 
 class PrimerFromJob(BaseModel):
@@ -56,7 +62,13 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     (data / "uploads").mkdir(parents=True, exist_ok=True)
     registry = Registry(runs, device=device)
     jobs = JobQueue(Runner(registry, data), limits.max_queued, limits.max_running, limits.keep_finished)
-    app = FastAPI(title="cadenza studio", description="Generate, hear, see and continue music (docs/studio.md).")
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        anyio.to_thread.current_default_thread_limiter().total_tokens = limits.max_threads
+        yield
+
+    app = FastAPI(title="cadenza studio", description="Generate, hear, see and continue music (docs/studio.md).",
+                  lifespan=lifespan)
     app.state.jobs, app.state.registry, app.state.limits, app.state.data = jobs, registry, limits, data
     app.state.warm = {"compiled_step": "off"}  # `cadenza serve` starts the warm-up that updates it
     static = Path(str(resources.files("cadenza.studio") / "static"))
@@ -82,7 +94,7 @@ def _model_routes(app: FastAPI, registry: Registry) -> None:
         return [e.public() for e in registry.entries()]
 
     @app.get("/api/settings", summary="Every SamplingConfig field: default, valid range, meaning")
-    def settings() -> list[dict]:
+    async def settings() -> list[dict]:
         out = []
         for f in fields(SamplingConfig):
             if f.name in ("primer", "primer_seconds", "use_cache"):
@@ -92,7 +104,7 @@ def _model_routes(app: FastAPI, registry: Registry) -> None:
         return out
 
     @app.get("/api/health", summary="Up; jobs running; the compiled decode step: off, building, ready or eager")
-    def health() -> dict:
+    async def health() -> dict:
         return {"ok": True, "running": app.state.jobs.running(), **app.state.warm}
 
 
@@ -132,11 +144,11 @@ def _job_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
             raise HTTPException(429, str(e), headers={"Retry-After": "5"}) from None
 
     @app.get("/api/jobs/{job_id}", summary="A job's status and, when done, its result")
-    def status(job_id: str) -> dict:
+    async def status(job_id: str) -> dict:
         return _job(jobs, data, job_id).public()
 
     @app.delete("/api/jobs/{job_id}", summary="Cancel a job (its worker is freed within a token)")
-    def cancel(job_id: str) -> dict:
+    async def cancel(job_id: str) -> dict:
         job = _job(jobs, data, job_id)
         if job.status not in FINISHED:
             jobs.cancel(job_id)
