@@ -241,6 +241,8 @@ def main(argv=None) -> int:
     print("| generator | " + " | ".join(f"batch {b} tok/s | vs HF" for b in a.batches) + " |")
     print("|---|" + "---:|---:|" * len(a.batches))
     results: dict[str, dict[int, float]] = {k: {} for k in runs}
+    seconds: dict[str, dict[int, list[float]]] = {k: {} for k in runs}
+    load = [os.getloadavg()[0]]  # other work on the machine moves every ratio: recorded beside them
     for b in a.batches:
         times: dict[str, list[float]] = {k: [] for k in runs}
         for k, fn in runs.items():  # warm-up
@@ -254,15 +256,19 @@ def main(argv=None) -> int:
                 times[k].append(time.perf_counter() - t)
         for k in runs:
             results[k][b] = b * a.new_tokens / statistics.median(times[k])
+            seconds[k][b] = times[k]
+        load.append(os.getloadavg()[0])
     hf = results["HF GPT2 generate"]
     for k, r in results.items():
         print(f"| {k} | " + " | ".join(f"{r[b]:,.0f} | {r[b] / hf[b]:.2f}x" for b in a.batches) + " |")
     from _record import write_result
 
-    rows = [{"generator": k, "tokens_per_s": {str(b): r[b] for b in r}, "vs_hf": {str(b): r[b] / hf[b] for b in r}}
-            for k, r in results.items()]
+    rows = [{"generator": k, "tokens_per_s": {str(b): r[b] for b in r}, "vs_hf": {str(b): r[b] / hf[b] for b in r},
+             "seconds_per_repeat": {str(b): seconds[k][b] for b in r}} for k, r in results.items()]
+    print(f"load average (1 min) before and after each batch size: {', '.join(f'{x:.2f}' for x in load)}")
     write_result(a.out, {"benchmark": "generate", "new_tokens": a.new_tokens, "repeats": a.repeats,
-                         "batches": a.batches, "compile": costs, "step_profile": profile, "rows": rows})
+                         "batches": a.batches, "compile": costs, "step_profile": profile, "rows": rows,
+                         "load_average": load})
     return 0
 
 

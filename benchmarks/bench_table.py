@@ -160,6 +160,9 @@ def generate_table() -> list[str]:
         for row in fast) for b in batches)
     out += ["", provenance(path, r), "", f"{r['new_tokens']} new tokens, median of {r['repeats']} repeats. "
             f"Goal: >= {GENERATE_GOAL:.0f}x HF at batch " + " and ".join(batches) + f". {verdict}."]
+    if r.get("load_average"):  # files from before it do not say
+        out[-1] += (" Load average (1 min) before and after each batch size: "
+                    + ", ".join(f"{x:.2f}" for x in r["load_average"]) + ".")
     if r.get("compile"):
         out += ["", "Compiled step, first token (build, load, prompt, one step): "
                 + "; ".join(f"{k}: {c['first_token_cold_s']:.0f} s with an empty cache, "

@@ -35,11 +35,26 @@ _WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> 
 _FAILED: set[str] = set()
 build_seconds: dict[str, float] = {}  # package key -> seconds its build took in this process
 # freezing: the weights become constants, so the linear layers can use prepacked kernels.
-# max_autotune with the CPP backend: Inductor times its own AVX-512/AVX2 GEMM micro-kernels against
-# oneDNN for each linear layer and keeps the faster. At one row per token its kernels win by a wide
-# margin (docs/benchmarks.md, "Generation speed"), for about 20 s more compile time, once.
+# max_autotune with the CPP backend: Inductor generates AVX-512/AVX2 GEMM micro-kernels for each
+# linear layer's shape and times their blockings. At one row per token they beat oneDNN by a wide
+# margin (docs/benchmarks.md, "Generation speed"). oneDNN stays out of the race where Inductor has a
+# vector ISA: timed on a busy 2-core machine, the pick between the two flipped from build to build,
+# and the packages with oneDNN layers decoded batch 8 more slowly. Without one (no AVX2) oneDNN is all
+# there is. About 20 s of compile time, once.
 INDUCTOR_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                     "max_autotune_report_choices_stats": False}
+
+
+def inductor_configs() -> dict:
+    """INDUCTOR_CONFIGS for this machine: the GEMM backends as above."""
+    return {**INDUCTOR_CONFIGS, "max_autotune_gemm_backends": _gemm_backends()}
+
+
+@lru_cache(maxsize=None)
+def _gemm_backends() -> str:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return "CPP" if pick_vec_isa() else INDUCTOR_CONFIGS["max_autotune_gemm_backends"]
 
 
 def cache_dir() -> Path:
@@ -76,7 +91,7 @@ def package_key(model, batch: int, fused: bool = False) -> str:
     h = hashlib.sha256(_weights_hash(model).encode())
     h.update(f"kernel {kernel.fingerprint()}".encode() if fused else b"inductor attention")
     h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
-    h.update(json.dumps(INDUCTOR_CONFIGS, sort_keys=True).encode())
+    h.update(json.dumps(inductor_configs(), sort_keys=True).encode())
     h.update(f"{_step_code()}|{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
     return h.hexdigest()[:24]
 
@@ -129,7 +144,7 @@ def build(model, batch: int, path: Path, fused: bool = False) -> None:
         try:
             with _quiet_autotune():
                 torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
-                                                         inductor_configs=dict(INDUCTOR_CONFIGS))
+                                                         inductor_configs=inductor_configs())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
