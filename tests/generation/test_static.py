@@ -7,6 +7,9 @@ primer and slide the window several times (context 128).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -151,6 +154,25 @@ def test_packages_are_cached_on_disk_and_keyed_by_weights_and_batch(built):
     assert compiled.package_key(m, 1) != compiled.package_key(model("rope", seed=1), 1)
     # a shape that was never built falls back (None) instead of building when told not to build
     assert compiled.decoder(m, 3, build_missing=False) is None
+
+
+@pytest.mark.slow
+def test_loading_a_cached_package_does_not_import_inductor(built):
+    """Inductor takes seconds to import: a process that finds its package in the cache must not pay
+    for it (the first token of a second `cadenza generate` came 2 s late when a package key did)."""
+    assert compiled.decoder(built["rope"], 1, quiet=True) is not None
+    code = ("import sys, torch\n"
+            "from cadenza.generation import compiled\n"
+            "from cadenza.data.tokenizers import PerformanceTokenizer\n"
+            "from cadenza.models import build_model\n"
+            "from cadenza.models.config import ModelConfig\n"
+            "torch.manual_seed(0)\n"
+            "m = build_model(ModelConfig(attention='rope', vocab_size=PerformanceTokenizer().vocab_size, d_model=64,"
+            " n_layers=2, n_heads=4, d_ff=128, context=128, dropout=0.0)).eval()\n"
+            "assert compiled.decoder(m, 1, build_missing=False) is not None, 'not found in the cache'\n"
+            "print('inductor imported' if 'torch._inductor' in sys.modules else 'inductor not imported')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "inductor not imported"
 
 
 def test_unsupported_models_and_the_opt_out_decode_eagerly(monkeypatch):

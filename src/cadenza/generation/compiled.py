@@ -45,16 +45,16 @@ INDUCTOR_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_b
                     "max_autotune_report_choices_stats": False}
 
 
+VECTOR_ISA_GEMM_BACKENDS = "CPP"
+
+
 def inductor_configs() -> dict:
-    """INDUCTOR_CONFIGS for this machine: the GEMM backends as above."""
-    return {**INDUCTOR_CONFIGS, "max_autotune_gemm_backends": _gemm_backends()}
-
-
-@lru_cache(maxsize=None)
-def _gemm_backends() -> str:
+    """INDUCTOR_CONFIGS for this machine, the GEMM backends as above. Only a build calls it: it
+    imports Inductor, which takes seconds, and loading a package must not (its key hashes the rule,
+    and the CPU that decides it)."""
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
-    return "CPP" if pick_vec_isa() else INDUCTOR_CONFIGS["max_autotune_gemm_backends"]
+    return {**INDUCTOR_CONFIGS, **({"max_autotune_gemm_backends": VECTOR_ISA_GEMM_BACKENDS} if pick_vec_isa() else {})}
 
 
 def cache_dir() -> Path:
@@ -91,7 +91,7 @@ def package_key(model, batch: int, fused: bool = False) -> str:
     h = hashlib.sha256(_weights_hash(model).encode())
     h.update(f"kernel {kernel.fingerprint()}".encode() if fused else b"inductor attention")
     h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
-    h.update(json.dumps(inductor_configs(), sort_keys=True).encode())
+    h.update(json.dumps([INDUCTOR_CONFIGS, VECTOR_ISA_GEMM_BACKENDS], sort_keys=True).encode())
     h.update(f"{_step_code()}|{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
     return h.hexdigest()[:24]
 
