@@ -204,6 +204,30 @@ def contestants_full(m, tok, b, n):
                  stop_at_eos=False)
 
 
+def race(runs: dict, batches: list[int], repeats: int, new_tokens: int):
+    """Every contestant at every batch size, interleaved, `repeats` times. -> (tokens/s, the median
+    over repeats; each repeat's seconds; the load average before and after each batch size)."""
+    results: dict[str, dict[int, float]] = {k: {} for k in runs}
+    seconds: dict[str, dict[int, list[float]]] = {k: {} for k in runs}
+    load = [os.getloadavg()[0]]  # other work on the machine moves every ratio: recorded beside them
+    for b in batches:
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for k, fn in runs.items():  # warm-up
+            fn(b) if not k.startswith("full") else None
+        for r in range(repeats):
+            for k, fn in runs.items():
+                if k.startswith("full") and r > 0:
+                    continue  # one full-recompute run is enough to see the gap (it is slow)
+                t = time.perf_counter()
+                fn(b)
+                times[k].append(time.perf_counter() - t)
+        for k in runs:
+            results[k][b] = b * new_tokens / statistics.median(times[k])
+            seconds[k][b] = times[k]
+        load.append(os.getloadavg()[0])
+    return results, seconds, load
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new-tokens", type=int, default=512)
@@ -240,24 +264,7 @@ def main(argv=None) -> int:
           f"median of {a.repeats}\n")
     print("| generator | " + " | ".join(f"batch {b} tok/s | vs HF" for b in a.batches) + " |")
     print("|---|" + "---:|---:|" * len(a.batches))
-    results: dict[str, dict[int, float]] = {k: {} for k in runs}
-    seconds: dict[str, dict[int, list[float]]] = {k: {} for k in runs}
-    load = [os.getloadavg()[0]]  # other work on the machine moves every ratio: recorded beside them
-    for b in a.batches:
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        for k, fn in runs.items():  # warm-up
-            fn(b) if not k.startswith("full") else None
-        for r in range(a.repeats):
-            for k, fn in runs.items():
-                if k.startswith("full") and r > 0:
-                    continue  # one full-recompute run is enough to see the gap (it is slow)
-                t = time.perf_counter()
-                fn(b)
-                times[k].append(time.perf_counter() - t)
-        for k in runs:
-            results[k][b] = b * a.new_tokens / statistics.median(times[k])
-            seconds[k][b] = times[k]
-        load.append(os.getloadavg()[0])
+    results, seconds, load = race(runs, a.batches, a.repeats, a.new_tokens)
     hf = results["HF GPT2 generate"]
     for k, r in results.items():
         print(f"| {k} | " + " | ".join(f"{r[b]:,.0f} | {r[b] / hf[b]:.2f}x" for b in a.batches) + " |")
