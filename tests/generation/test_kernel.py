@@ -79,12 +79,22 @@ def test_a_failed_build_is_reported_once_and_the_step_keeps_inductors_loops(fres
     cxx.write_text('#!/bin/sh\nwhile [ "$#" -gt 0 ]; do [ "$1" = -o ] && echo half > "$2"; shift; done\n'
                    'echo "error: out of memory" >&2; exit 1\n')
     cxx.chmod(0o755)
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    pick_vec_isa()  # picked once per process with a working compiler, as when a step was built before
     monkeypatch.setenv("CXX", str(cxx))
     with pytest.warns(RuntimeWarning, match="could not build the attention kernel: error: out of memory"):
         assert not kernel.ready()
     assert "could not build" in kernel.unavailable()
     assert not kernel.ready()  # not retried
     assert not list(fresh.rglob("*.so")) and not list(fresh.rglob(".*tmp"))  # nothing half-written left
+
+
+def test_no_working_compiler_at_all_is_reported_not_raised(fresh, monkeypatch):
+    monkeypatch.setattr("torch._inductor.cpu_vec_isa.pick_vec_isa", lambda: (_ for _ in ()).throw(
+        RuntimeError("No working C++ compiler found")))  # what Inductor raises for a broken $CXX
+    with pytest.warns(RuntimeWarning, match="could not build the attention kernel: .*No working C"):
+        assert not kernel.ready()
 
 
 def test_a_damaged_library_in_the_cache_is_reported_and_removed(fresh, monkeypatch):
