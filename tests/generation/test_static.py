@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,15 +167,10 @@ def test_loading_a_cached_package_does_not_import_inductor(built):
     if kernel.ready() and not lib.exists():
         lib.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(kernel._STATE["loaded"], lib)
-    code = ("import sys, torch\n"
-            "from cadenza.generation import compiled\n"
-            "from cadenza.data.tokenizers import PerformanceTokenizer\n"
-            "from cadenza.models import build_model\n"
-            "from cadenza.models.config import ModelConfig\n"
-            "torch.manual_seed(0)\n"
-            "m = build_model(ModelConfig(attention='rope', vocab_size=PerformanceTokenizer().vocab_size, d_model=64,"
-            " n_layers=2, n_heads=4, d_ff=128, context=128, dropout=0.0)).eval()\n"
-            "assert compiled.decoder(m, 1, build_missing=False) is not None, 'not found in the cache'\n"
+    here = Path(__file__).parent
+    code = (f"import sys; sys.path[:0] = [{str(here.parent)!r}, {str(here)!r}]\n"
+            "from test_static import compiled, model\n"  # the same model as the fixture's, from its seed
+            "assert compiled.decoder(model('rope'), 1, build_missing=False) is not None, 'not found in the cache'\n"
             "print('inductor imported' if 'torch._inductor' in sys.modules else 'inductor not imported')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "inductor not imported"

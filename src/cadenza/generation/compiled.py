@@ -41,20 +41,18 @@ build_seconds: dict[str, float] = {}  # package key -> seconds its build took in
 # vector ISA: timed on a busy 2-core machine, the pick between the two flipped from build to build,
 # and the packages with oneDNN layers decoded batch 8 more slowly. Without one (no AVX2) oneDNN is all
 # there is. About 20 s of compile time, once.
-INDUCTOR_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-                    "max_autotune_report_choices_stats": False}
-
-
-VECTOR_ISA_GEMM_BACKENDS = "CPP"
+INDUCTOR_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_report_choices_stats": False}
+GEMM_BACKENDS = {"vector ISA": "CPP", "no vector ISA": "CPP,ATEN"}  # max_autotune_gemm_backends
 
 
 def inductor_configs() -> dict:
-    """INDUCTOR_CONFIGS for this machine, the GEMM backends as above. Only a build calls it: it
-    imports Inductor, which takes seconds, and loading a package must not (its key hashes the rule,
-    and the CPU that decides it)."""
+    """INDUCTOR_CONFIGS with this machine's GEMM_BACKENDS. Only a build calls it: it imports
+    Inductor, which takes seconds, and loading a package must not (the key hashes the rule and the
+    CPU that decides it)."""
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
-    return {**INDUCTOR_CONFIGS, **({"max_autotune_gemm_backends": VECTOR_ISA_GEMM_BACKENDS} if pick_vec_isa() else {})}
+    isa = "vector ISA" if pick_vec_isa() else "no vector ISA"
+    return {**INDUCTOR_CONFIGS, "max_autotune_gemm_backends": GEMM_BACKENDS[isa]}
 
 
 def cache_dir() -> Path:
@@ -91,7 +89,7 @@ def package_key(model, batch: int, fused: bool = False) -> str:
     h = hashlib.sha256(_weights_hash(model).encode())
     h.update(f"kernel {kernel.fingerprint()}".encode() if fused else b"inductor attention")
     h.update(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
-    h.update(json.dumps([INDUCTOR_CONFIGS, VECTOR_ISA_GEMM_BACKENDS], sort_keys=True).encode())
+    h.update(json.dumps([INDUCTOR_CONFIGS, GEMM_BACKENDS], sort_keys=True).encode())
     h.update(f"{_step_code()}|{batch}|{torch.__version__}|{platform.machine()}|{_cpu_id()}".encode())
     return h.hexdigest()[:24]
 
