@@ -19,19 +19,17 @@ def test_a_notes_event_replaces_the_previous_one_of_its_variation():
     assert len(job.events) == 7  # indices stay stable for clients streaming from `after`
 
 
-def test_finished_jobs_beyond_the_newest_are_forgotten():
-    queue = JobQueue(lambda job: {"ok": True}, max_queued=4, max_running=1, keep_finished=3)
-    ids = []
-    for _ in range(6):
-        job = queue.submit(Job("m", {}))
-        ids.append(job.id)
+def test_finished_jobs_beyond_the_newest_are_forgotten_as_jobs_finish():
+    """Between bursts of jobs the server holds `keep_finished` records, not those of the last burst too."""
+    queue = JobQueue(lambda job: {"ok": True}, max_queued=8, max_running=1, keep_finished=3)
+    jobs = [queue.submit(Job("m", {})) for _ in range(6)]
+    for job in jobs:
         job.wait(after=2, timeout=10)  # queued, started, done
         assert job.status in FINISHED
-    queue.submit(Job("m", {}))  # submitting is when old records are dropped
     kept = []
-    for i in ids:
+    for job in jobs:
         try:
-            kept.append(queue.get(i).id)
+            kept.append(queue.get(job.id).id)
         except KeyError:
             pass
-    assert kept == ids[-3:]
+    assert kept == [j.id for j in jobs[-3:]]

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cadenza.env.allocator import trim_heap
+from cadenza.env.allocator import release_memory
 
 FINISHED = ("done", "failed", "cancelled")
 
@@ -115,7 +115,8 @@ class JobQueue:
         return job
 
     def running(self) -> int:
-        return sum(j.status == "running" for j in self._jobs.values())
+        with self._lock:  # workers forget old jobs as they finish: never iterate while one deletes
+            return sum(j.status == "running" for j in self._jobs.values())
 
     def _work(self) -> None:
         while True:
@@ -132,10 +133,12 @@ class JobQueue:
             except Exception as e:  # a job's failure is reported to its client, never kills the server
                 job.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self._finish(job, "failed")
-            trim_heap()
+            release_memory()
 
     def _finish(self, job: Job, status: str) -> None:
         job.status, job.finished = status, time.time()
+        with self._lock:  # at most `keep_finished` between bursts too, not only when the next job comes
+            self._forget_old()
         extra = {"result": job.result} if job.result else {"error": job.error} if job.error else {}
         job.emit(status, **extra)
 

@@ -23,7 +23,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     """Serve the page and the API until interrupted. Binds 127.0.0.1 by default: anything else
     exposes the studio (and its CPU) to the network, so it is said out loud. With `compile` the
     default model's compiled decode step is built (or loaded) in the background after start."""
-    from cadenza.env.allocator import settle_allocator
+    from cadenza.env.allocator import fill_numpy_cache, freeze_long_lived, settle_allocator
 
     settle_allocator()  # before torch loads and worker threads start: memory stays flat for hours
     import torch
@@ -40,6 +40,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max_running))
     folder = Path(data) if data else default_data()
     app = create_app(folder, Path(runs) if runs else None, Limits(max_running=max_running), device=str(dev))
+    fill_numpy_cache()
+    freeze_long_lived()  # what is loaded now lives as long as the server: no collection walks it again
     if compile:
         from cadenza.models.zoo import DEFAULT
         from cadenza.studio.runner import warm_up
