@@ -53,3 +53,34 @@ def test_warm_up_builds_the_page_shapes_and_jobs_then_use_them(studio_runs, comp
     model, _ = registry.load("run:tiny")
     assert compiled.decoder(model, 1, build_missing=False) is not None  # ready for a one-row job
     assert compiled.decoder(model, 3, build_missing=False) is None  # other shapes decode eagerly
+
+
+def _eager_input_shapes(model, run) -> set:
+    """The (rows, length) of every input the eager model is fed while `run()` runs."""
+    shapes = set()
+    hook = model.register_forward_pre_hook(lambda _, args: shapes.add(tuple(args[0].shape)))
+    try:
+        run()
+    finally:
+        hook.remove()
+    return shapes
+
+
+def test_the_warm_up_feeds_the_window_slide_a_long_job_meets(studio_runs):
+    """The server warms the eager shape of a window slide at start, so the kernels made for it on
+    first use (and kept) are made then, not as memory growth during a later round of jobs: it must be
+    the very shape a job past the context feeds."""
+    from cadenza.data.tokenizers import tokenizer_from_dict
+    from cadenza.generation.sampler import generate_ids, warm_window_slide
+
+    model, meta = Registry(studio_runs).load("run:tiny")
+    tok = tokenizer_from_dict(meta["tokenizer"])
+    style = tok.styles[0]
+    for rows in (1, 2):
+        prompt = torch.tensor([tok.style_prefix(style) + [tok.bos_id]] * rows)
+        past_context = 2 * model.config.context  # the window slides at least once
+        job = _eager_input_shapes(model, lambda: generate_ids(model, prompt, past_context, tok, seeds=list(range(rows)),
+                                                              stop_at_eos=False))
+        warm = _eager_input_shapes(model, lambda: warm_window_slide(model, rows, styled=True))
+        slide = {s for s in job if s[1] > prompt.shape[1]}  # a job's eager inputs: its prompt, then each slide
+        assert len(warm) == 1 and warm == slide, (warm, job)

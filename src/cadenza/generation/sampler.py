@@ -72,6 +72,25 @@ class _Window:
         return logits[:, -1]
 
 
+def default_slide(model) -> int:
+    """How far the window slides past the context by default: a quarter of it."""
+    return model.config.context // 4
+
+
+@torch.inference_mode()
+def warm_window_slide(model, rows: int, styled: bool) -> None:
+    """Feed one window slide of `rows` rows through the eager model, as a generation past the
+    context does. A long-running server calls it at start: the native kernels oneDNN compiles for
+    that shape on first use (and keeps) are then made before its first job slides, not as the memory
+    growth of a later round. Nothing to do for an LSTM, whose window never slides."""
+    model.eval()
+    window = _Window(model, rows, True, default_slide(model), keep=1 if styled else 0)
+    if window.is_lstm:
+        return
+    device = next(model.parameters()).device
+    window.next_logits(torch.zeros(rows, window.context + 1, dtype=torch.long, device=device), 1)
+
+
 def sample_seeds(seed: int, first: int, count: int) -> list[int]:
     """The seed of each sample: sample i of a generation seeded `seed` draws from a random stream of
     its own, so it is the same whatever the batch size or the number of samples around it."""
@@ -125,7 +144,7 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
     grammar = tokenizer.grammar(b, device, constrained, max_polyphony, allow_eos=stop_at_eos,
                                 max_note_seconds=max_note_seconds)
     grammar.observe(prompts)
-    window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else model.config.context // 4,
+    window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else default_slide(model),
                      keep=1 if tokenizer.styles else 0, fast=fast)
     if fast is not None:
         if fast.model is not model:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.atomic import atomic_dir, write_json
+from cadenza.env.allocator import trim_heap
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.generation.config import SamplingConfig
@@ -158,21 +159,41 @@ def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
 WARM_ROWS = (2, 1)
 
 
-def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | None = None) -> None:
-    """Build (or load from the disk cache) the compiled decode step of `model_id` for the page's
-    common batch shapes, in the background; jobs decode eagerly until it is ready. `status`
+def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | None = None,
+            compile: bool = True) -> None:
+    """Prepare `model_id` for the page's common batch shapes, in the background: feed one window
+    slide through the eager model (`warm_window_slide`), and with `compile` build (or load from the
+    disk cache) the compiled decode step; jobs decode eagerly until it is ready. `status`
     ("compiled_step", shown by /api/health) goes building -> ready, or says why decoding stays eager:
     a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores)."""
     status = status if status is not None else {}
-    status["compiled_step"] = "building"
-    status["compiled_step"] = _warm(registry, model_id, rows)
+    if compile:
+        status["compiled_step"] = "building"
+    model = _warm_eager(registry, model_id, rows)
+    if compile:
+        status["compiled_step"] = _warm(registry, model_id, rows) if model is not None else "eager: no model"
+
+
+def _warm_eager(registry: Registry, model_id: str, rows):
+    """The model with a window slide fed for every row count, or None (and why, in the log)."""
+    from cadenza.generation.sampler import warm_window_slide
+
+    try:
+        model, meta = registry.load(model_id)
+        for r in rows:
+            warm_window_slide(model, r, styled=bool(meta["tokenizer"].get("styles")))
+    except Exception as e:  # a warm-up failure costs speed, never the server
+        print(f"studio: could not warm up {model_id} ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
+        return None
+    trim_heap()  # the slide's buffers go back; its kernels stay
+    return model
 
 
 def _warm(registry: Registry, model_id: str, rows) -> str:
-    """`warm_up`'s work; -> "ready", or "eager: " and why."""
+    """Getting the compiled step; -> "ready", or "eager: " and why."""
     from cadenza.generation import compiled
 
-    if reason := compiled.available():  # the machine's reason: no model needs loading to know it
+    if reason := compiled.available():  # the machine's reason
         return f"eager: {reason}"
     try:
         model, _ = registry.load(model_id)
