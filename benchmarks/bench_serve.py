@@ -32,6 +32,10 @@ from pathlib import Path
 import httpx
 
 
+ALLOCATOR_ENV = ("GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                 "MALLOC_TOP_PAD_", "PYTHONMALLOC", "LD_PRELOAD", "MKL_DISABLE_FAST_MM")
+
+
 def memory_reading(pid: int) -> dict:
     """One reading of /proc/PID/status: resident MB in all, by kind (anonymous: the heaps and thread
     stacks, what a leak grows; file: code and mapped files, paged in as code paths are first used,
@@ -227,7 +231,9 @@ def main(argv=None) -> int:
               "load_average_at_start": load_before, "cpu": cpu_info(),
               "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
               "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
-              "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
+              "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])]),
+              # the server inherits these, and each changes how its memory grows
+              "allocator_environment": {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ}}
     print(f"server start {server.start_seconds:.1f} s; compiled step {compiled_step} {warm_wait:.0f} s later")
     print(f"batch 1: {one['realtime_factor_median']:.1f}x real time, "
           f"first note {one['first_note_median'] * 1000:.0f} ms")
