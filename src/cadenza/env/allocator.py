@@ -5,8 +5,8 @@ though nothing leaks: glibc gives each thread its own malloc arena and raises it
 after large frees, so freed blocks stay in the process; MKL keeps a GEMM buffer per thread; and
 Python frees reference cycles (each finished HTTP connection is one) only at a full collection,
 every few hundred jobs. With the settings below, the long-lived objects frozen at start and a full
-collection and a trim after every job, the studio's memory stays flat after its first round of jobs
-(docs/benchmarks.md, "The studio server").
+collection and a trim after every job, the studio's memory grows by a few hundred KB after its first
+round of jobs and then levels off (docs/benchmarks.md, "The studio server").
 
 The settings are the process's own and affect only memory reuse, never results. A variable the user
 has already set (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MKL_DISABLE_FAST_MM) wins.

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.atomic import atomic_dir, write_json
-from cadenza.env.allocator import trim_heap
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.env.allocator import trim_heap
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import sample
 from cadenza.studio.jobs import Job
