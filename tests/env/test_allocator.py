@@ -20,14 +20,19 @@ print(json.dumps({{"done": done, "mkl": os.environ.get("MKL_DISABLE_FAST_MM")}})
 """
 
 
-def _probe(pre: str = "", **env: str) -> dict:
+def _run(code: str, env: dict | None = None) -> dict:
+    """The JSON a fresh Python process running `code` prints last."""
     import json
 
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _probe(pre: str = "", **env: str) -> dict:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MKL_DISABLE_FAST_MM")}
-    out = subprocess.run([sys.executable, "-c", PROBE.format(pre=pre)], env={**clean, **env},
-                         capture_output=True, text=True, check=True, timeout=120)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _run(PROBE.format(pre=pre), env={**clean, **env})
 
 
 def test_fresh_process_gets_every_setting():
@@ -50,11 +55,6 @@ def test_mkl_is_left_alone_once_torch_is_loaded():
     assert r["mkl"] is None and "MKL_DISABLE_FAST_MM" not in r["done"]
 
 
-def _run(code: str) -> dict:
-    import json
-
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 CYCLE = """

@@ -97,8 +97,7 @@ class JobQueue:
             waiting = sum(j.status == "queued" for j in self._jobs.values())
             if waiting >= self.max_queued:
                 raise QueueFull(f"{waiting} jobs are waiting already (at most {self.max_queued}); try again soon")
-            self._jobs[job.id] = job
-            self._forget_old()
+            self._jobs[job.id] = job  # old records were forgotten as their jobs finished (`_finish`)
         job.emit("queued", position=waiting)
         self._waiting.put(job)
         return job

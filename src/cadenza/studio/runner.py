@@ -171,7 +171,7 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
         status["compiled_step"] = "building"
     model = _warm_eager(registry, model_id, rows)
     if compile:
-        status["compiled_step"] = _warm(registry, model_id, rows) if model is not None else "eager: no model"
+        status["compiled_step"] = _warm(model, rows) if model is not None else "eager: no model"
 
 
 def _warm_eager(registry: Registry, model_id: str, rows):
@@ -189,14 +189,13 @@ def _warm_eager(registry: Registry, model_id: str, rows):
     return model
 
 
-def _warm(registry: Registry, model_id: str, rows) -> str:
-    """Getting the compiled step; -> "ready", or "eager: " and why."""
+def _warm(model, rows) -> str:
+    """Getting the compiled step for the loaded `model`; -> "ready", or "eager: " and why."""
     from cadenza.generation import compiled
 
     if reason := compiled.available():  # the machine's reason
         return f"eager: {reason}"
     try:
-        model, _ = registry.load(model_id)
         if reason := compiled.unavailable_for(model):
             return f"eager: {reason}"
         for r in rows:
