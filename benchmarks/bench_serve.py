@@ -36,6 +36,14 @@ ALLOCATOR_ENV = ("GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_",
                  "MALLOC_TOP_PAD_", "PYTHONMALLOC", "LD_PRELOAD", "MKL_DISABLE_FAST_MM")
 
 
+def process_environment(pid: int, names) -> dict[str, str]:
+    """The variables among `names` in a running process's environment (/proc/PID/environ): what
+    the server runs with, including what `cadenza serve` set when it restarted itself."""
+    pairs = (item.decode(errors="replace").partition("=") for item in
+             Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if item)
+    return {k: v for k, _, v in pairs if k in names}
+
+
 def memory_reading(pid: int) -> dict:
     """One reading of /proc/PID/status: resident MB in all, by kind (anonymous: the heaps and thread
     stacks, what a leak grows; file: code and mapped files, paged in as code paths are first used,
@@ -160,8 +168,13 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
     def client(k: int) -> None:
         for r in range(rounds):
             style = {"style": styles[(k + r) % len(styles)]} if styles else {}
-            results[r].append(one_job(base, model, {"seconds": seconds, "seed": 1000 * r + k, "stop_at_eos": False,
-                                                    **style}))
+            settings = {"seconds": seconds, "seed": 1000 * r + k, "stop_at_eos": False, **style}
+            t = time.perf_counter()
+            try:
+                results[r].append(one_job(base, model, settings))
+            except Exception as e:  # counted as an error; a dead client would leave the others at the barrier
+                results[r].append({"first_note": None, "seconds": 0.0, "latency": time.perf_counter() - t,
+                                   "error": f"{type(e).__name__}: {e}"[:200]})
             barrier.wait()
 
     t0 = time.perf_counter()
@@ -221,6 +234,7 @@ def main(argv=None) -> int:
             styles = next(m["styles"] for m in httpx.get(f"{base}/api/models").json() if m["id"] == a.model)
             one = solo(base, a.model, styles, a.seconds, a.solo)
             many = crowd(base, a.model, styles, a.seconds, a.clients, a.rounds, server.pid)
+            allocator_env = process_environment(server.pid, ALLOCATOR_ENV)
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -232,8 +246,8 @@ def main(argv=None) -> int:
               "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
               "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
               "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])]),
-              # the server inherits these, and each changes how its memory grows
-              "allocator_environment": {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ}}
+              # each changes how the server's memory grows: its own, after it restarted with its settings
+              "allocator_environment": allocator_env}
     print(f"server start {server.start_seconds:.1f} s; compiled step {compiled_step} {warm_wait:.0f} s later")
     print(f"batch 1: {one['realtime_factor_median']:.1f}x real time, "
           f"first note {one['first_note_median'] * 1000:.0f} ms")

@@ -1,4 +1,6 @@
-"""settle_allocator: the studio's memory settings apply before torch loads and never override a user's."""
+"""The studio's memory: allocator settings before torch loads (never overriding a user's), cycles freed
+after each job, caches filled or made resident at start, and a server restarting itself without glibc's
+thread caches."""
 
 import os
 import subprocess
@@ -101,3 +103,72 @@ def test_numpy_small_array_cache_is_full_from_the_start():
     filled = _run(NUMPY_CACHE.format(fill="fill_numpy_cache()"))["grew_kb"]
     unfilled = _run(NUMPY_CACHE.format(fill=""))["grew_kb"]
     assert filled < 1024 and unfilled > 2048, (filled, unfilled)
+
+
+OBJECT_POOLS = """
+import json
+from cadenza.env.allocator import pretouch_object_pools
+def anon_kb():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon"))
+live = [object() for _ in range(200_000)]  # what a server keeps: its arenas are full
+slots = [None] * 10_000
+{pretouch}
+before = anon_kb()
+for i in range(len(slots)):  # a round of jobs: 1 MB of new small objects, 48 to 160 bytes
+    slots[i] = bytes(15 + (i % 8) * 16)
+print(json.dumps({{"grew_kb": anon_kb() - before}}))
+"""
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython" or "PYTHONMALLOC" in os.environ,
+                    reason="pymalloc's pools are CPython's")
+def test_small_objects_after_the_pretouch_take_no_new_memory():
+    """After `pretouch_object_pools`, a megabyte of new small objects lands on pages already resident;
+    without it, each one reaches into pages never touched before."""
+    pretouched = _run(OBJECT_POOLS.format(pretouch="pretouch_object_pools()"))["grew_kb"]
+    cold = _run(OBJECT_POOLS.format(pretouch=""))["grew_kb"]
+    assert pretouched < 200 and cold > 600, (pretouched, cold)
+
+
+RESTART = """
+import ctypes, json, os, sys
+print(json.dumps({"pid": os.getpid()}), flush=True)  # printed again by the restarted program
+from cadenza.env.allocator import restart_without_tcache
+restart_without_tcache()
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc.mallinfo2.restype, libc.malloc.restype = Info, ctypes.c_void_p
+libc.malloc.argtypes, libc.free.argtypes = [ctypes.c_size_t], [ctypes.c_void_p]
+block = libc.malloc(200)
+in_use = libc.mallinfo2().uordblks
+libc.free(block)  # a thread cache would keep it, still counted in use
+print(json.dumps({"pid": os.getpid(), "tunables": os.environ.get("GLIBC_TUNABLES"),
+                  "freed": in_use - libc.mallinfo2().uordblks}))
+"""
+
+
+def _restart(**env: str) -> list[dict]:
+    import json
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "CADENZA_RESTARTED_FOR_MALLOC")}
+    out = subprocess.run([sys.executable, "-c", RESTART], env={**clean, **env}, capture_output=True, text=True,
+                         check=True, timeout=120)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+@pytest.mark.skipif(glibc() is None or not hasattr(glibc(), "mallinfo2"), reason="glibc 2.33 or later only")
+def test_a_server_restarts_itself_once_without_thread_caches():
+    first, again, last = _restart()
+    assert first["pid"] == again["pid"] == last["pid"]  # the same process, run again
+    assert last["tunables"] == "glibc.malloc.tcache_count=0" and last["freed"] > 0  # a freed block is free
+
+
+@pytest.mark.skipif(glibc() is None or not hasattr(glibc(), "mallinfo2"), reason="glibc 2.33 or later only")
+def test_the_users_tunables_are_kept_and_their_tcache_choice_wins():
+    *_, last = _restart(GLIBC_TUNABLES="glibc.malloc.arena_max=2")
+    assert last["tunables"] == "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0"
+    runs = _restart(GLIBC_TUNABLES="glibc.malloc.tcache_count=3")
+    assert len(runs) == 2 and runs[-1]["tunables"] == "glibc.malloc.tcache_count=3"  # not restarted
+    assert runs[-1]["freed"] == 0  # the user's cache is on: the freed block waits in it

@@ -179,11 +179,16 @@ def test_finished_jobs_leave_memory_but_stay_reachable(studio_runs, tmp_path):
     app = create_app(tmp_path / "data", studio_runs, Limits(max_running=1, keep_finished=1))
     with TestClient(app) as c:
         first, second = start(c), start(c)
-        assert events(c, first["id"])[-1]["event"] == "done" and events(c, second["id"])[-1]["event"] == "done"
+        assert events(c, first["id"])[-1]["event"] == "done"
+        in_memory = c.get(f"/api/jobs/{first['id']}").json()
+        assert events(c, second["id"])[-1]["event"] == "done"
         with pytest.raises(KeyError):  # finishing the second dropped the first's record
             app.state.jobs.get(first["id"])
         old = c.get(f"/api/jobs/{first['id']}").json()
         assert old["status"] == "done" and old["result"]["id"] == first["id"] and len(old["result"]["variations"]) == 1
+        # the same times as while it was in memory (how long it ran is started -> finished)
+        assert old["created"] == in_memory["created"] and old["started"] == in_memory["started"]
+        assert old["started"] <= old["finished"]
         assert [e["event"] for e in events(c, first["id"])] == ["done"]
         assert c.delete(f"/api/jobs/{first['id']}").json()["status"] == "done"  # nothing left to cancel
         assert c.get("/api/jobs/0123456789ab").status_code == 404

@@ -108,3 +108,50 @@ def glibc() -> ctypes.CDLL | None:
     except (OSError, AttributeError):
         return None
     return libc
+
+
+
+
+# CPython's small-object allocator (pymalloc) serves requests of up to 512 bytes in 16-byte size
+# classes, from 16 KB pools carved out of 1 MB arenas (Objects/obmalloc.c).
+PYMALLOC_LARGEST, PYMALLOC_STEP = 512, 16
+
+
+def pretouch_object_pools(kb_per_size: int = 256) -> None:
+    """Make the Python small-object heap's free room resident now, as a JVM's AlwaysPreTouch does
+    for its heap. pymalloc never gives back a page of an arena that holds a live object, and it
+    touches a pool's pages only as blocks are handed out: a server's resident memory crept up for
+    rounds, each time a job reached into a pool page never used before. Allocating `kb_per_size` KB
+    of objects of every size class (8 MB in all) and freeing them fills every free pool the process
+    holds, to its end; later jobs reuse those pages. Arenas the burst needed beyond that become empty
+    and are mostly returned, so this costs about 1 to 2 MB of resident memory. Call it once start-up
+    work is done."""
+    n = kb_per_size * 1024
+    held: list = [object() for _ in range(n // 16)]  # 16 bytes
+    held += [float(i) for i in range(n // 32)]  # 24 bytes: the 32-byte class
+    for size in range(48, PYMALLOC_LARGEST + 1, PYMALLOC_STEP):  # bytes(k) takes 33 + k bytes
+        held += [bytes(size - 33) for _ in range(n // size)]
+    del held
+
+
+# glibc's per-thread cache of freed small blocks (tcache: 7 of each of 64 sizes, per thread), read
+# from the environment only when a process starts.
+TCACHE_OFF = "glibc.malloc.tcache_count=0"
+RESTARTED = "CADENZA_RESTARTED_FOR_MALLOC"
+
+
+def restart_without_tcache() -> None:
+    """Run this program again in this process (same PID, `os.execv`) with glibc's thread caches
+    off, unless they already are, the C library is not glibc, or the user set a tcache tunable.
+    Blocks sitting in a thread's cache count as in use, so a long-running server's memory rose by a
+    few KB a round as each of its threads' caches filled; without them, malloc's in-use bytes hold
+    still between rounds, at no measurable cost in speed (docs/benchmarks.md, "The studio server").
+    Call it first thing in a command that serves for hours, never from a library function: it
+    replaces the running program. Returns only when it does not restart."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if glibc() is None or "tcache" in tunables or os.environ.get(RESTARTED):
+        return
+    env = {**os.environ, RESTARTED: "1", "GLIBC_TUNABLES": f"{tunables}:{TCACHE_OFF}" if tunables else TCACHE_OFF}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
