@@ -13,10 +13,11 @@ def test_a_notes_event_replaces_the_previous_one_of_its_variation():
     for k in range(1, 4):  # each notes event carries every note so far
         job.emit("notes", variation=0, notes=[[0.1 * i, 0.2, 60, 80] for i in range(k)])
         job.emit("notes", variation=1, notes=[[0.0, 0.5, 64, 80]] * k)
-    kept = [json.loads(e[1]) for e in job.events if e is not None]
+    kept = [json.loads(e.split(b"\ndata: ")[1]) for e in job.events if e is not None]
     notes = [e for e in kept if e["event"] == "notes"]
     assert [(e["variation"], len(e["notes"])) for e in notes] == [(0, 3), (1, 3)]
     assert len(job.events) == 7  # indices stay stable for clients streaming from `after`
+    assert job.events[-1].startswith(b"id: 7\nevent: notes\n")  # its id is its index + 1
 
 
 def test_finished_jobs_beyond_the_newest_are_forgotten_as_jobs_finish():

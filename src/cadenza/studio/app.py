@@ -271,10 +271,10 @@ async def _stream(job: Job, jobs: JobQueue, request: Request, after: int):
     try:
         while True:
             while sent < len(job.events):
-                event = job.events[sent]
+                frame = job.events[sent]
                 sent += 1
-                if event is not None:  # None: a notes event that a newer one of its variation replaced
-                    yield f"id: {sent}\nevent: {event[0]}\ndata: {event[1]}\n\n"
+                if frame is not None:  # None: a notes event that a newer one of its variation replaced
+                    yield frame  # bytes made once by `Job.emit`: no copy per listener
             if job.status in FINISHED and sent >= len(job.events):
                 finished = True
                 return

@@ -5,10 +5,11 @@ event appended to `job.events` (a progress step, new notes, the result); a clien
 any index, so a late listener still gets the whole story. Cancelling sets a flag the running job
 checks after every token, so a cancelled job frees its worker within one step.
 
-What a job keeps in memory stays small and bounded: an event is kept as its JSON text (encoded once,
-for every listener), a `notes` event replaces the previous one of its variation (each carries all
-the notes so far), only the newest finished jobs stay in memory (all of them stay on disk), and
-after each job the C heap hands the job's freed buffers (audio, KV cache) back to the system.
+What a job keeps in memory stays small and bounded: an event is kept as the bytes of its server-sent
+event (encoded once, and sent as they are to every listener), a `notes` event replaces the previous
+one of its variation (each carries all the notes so far), only the newest finished jobs stay in
+memory (all of them stay on disk), and after each job the C heap hands the job's freed buffers
+(audio, KV cache) back to the system.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Job:
     finished: float | None = None
     error: str | None = None
     result: dict[str, Any] | None = None
-    events: list[tuple[str, str] | None] = field(default_factory=list)  # (kind, JSON); None: superseded
+    events: list[bytes | None] = field(default_factory=list)  # server-sent events; None: superseded
     cancel_requested: bool = False  # set by `JobQueue.cancel`, read by the worker after every token
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _latest_notes: dict[int, int] = field(default_factory=dict, repr=False)  # variation -> index in events
@@ -54,12 +55,14 @@ class Job:
     def emit(self, kind: str, **data: Any) -> None:
         text = json.dumps({"event": kind, "t": round(time.time() - self.created, 3), **data})
         with self._lock:
+            index = len(self.events)
             if kind == "notes":  # the newest notes event of a variation holds all its notes so far
                 before = self._latest_notes.get(data["variation"])
                 if before is not None:
                     self.events[before] = None
-                self._latest_notes[data["variation"]] = len(self.events)
-            self.events.append((kind, text))
+                self._latest_notes[data["variation"]] = index
+            # its id is its position + 1: a client that reconnects asks for what came after it
+            self.events.append(f"id: {index + 1}\nevent: {kind}\ndata: {text}\n\n".encode())
 
     def wait(self, after: int, timeout: float) -> None:
         """Return when there are more than `after` events, or after `timeout` seconds. It polls, as
