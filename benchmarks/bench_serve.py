@@ -255,7 +255,7 @@ def main(argv=None) -> int:
           f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
           f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; "
           f"RSS MB {[round(m, 1) for m in many['rss_mb_before_and_after_each_round']]} "
-          f"({many['rss_growth_after_first_round_mb']:+.1f} MB after the first round); "
+          f"({many['rss_growth_after_first_round_mb']:+.2f} MB after the first round); "
           f"threads {many['threads_before_and_after_each_round']}")
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -210,7 +210,9 @@ def serve_table() -> list[str]:
            f"| errors | {c['errors']} |",
            f"| server RSS before and after each round | {' / '.join(f'{x:,.1f}' for x in rss)} MB |"]
     if "rss_growth_after_first_round_mb" in c:
-        out.append(f"| RSS growth after the first round | {c['rss_growth_after_first_round_mb']:+.1f} MB |")
+        steps = ", ".join(f"{b - a:+.2f}" for a, b in zip(rss[1:], rss[2:]))
+        out.append(f"| RSS growth after the first round | {c['rss_growth_after_first_round_mb']:+.2f} MB "
+                   f"({steps} MB a round) |")
     return out + ["", f"Model `{r['model']}`, {r['seconds_per_job']:g} s of music per job.", "", provenance(path, r)]
 
 
