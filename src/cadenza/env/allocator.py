@@ -1,15 +1,17 @@
-"""The memory of a long-running process (the studio): settings, collecting and trimming that keep it flat.
+"""The memory of a long-running process (the studio): settings and collecting that keep it flat.
 
 A server that runs generation jobs on worker threads for hours grows under the default settings,
 though nothing leaks: glibc gives each thread its own malloc arena and raises its mmap threshold
-after large frees, so freed blocks stay in the process; MKL keeps a GEMM buffer per thread; and
-Python frees reference cycles (each finished HTTP connection is one) only at a full collection,
-every few hundred jobs. With the settings below, the long-lived objects frozen at start and a full
-collection and a trim after every job, the studio's memory grows by a few hundred KB after its first
-round of jobs and then levels off (docs/benchmarks.md, "The studio server").
+after large frees, so freed buffers stay in the process; each thread's cache of freed blocks fills
+round after round; MKL keeps a GEMM buffer per thread; Python frees reference cycles (each finished
+HTTP connection is one) only at a full collection, every few hundred jobs; and its object pools and
+NumPy's small-block cache reach into new pages as jobs meet new sizes. With the settings below, the
+long-lived objects frozen at start, a full collection after every job and the caches filled at start,
+the studio's memory holds still from its first round of jobs on (docs/benchmarks.md, "The studio
+server").
 
 The settings are the process's own and affect only memory reuse, never results. A variable the user
-has already set (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MKL_DISABLE_FAST_MM) wins.
+has already set (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_, MKL_DISABLE_FAST_MM, a tcache tunable) wins.
 """
 
 from __future__ import annotations
@@ -73,43 +75,36 @@ def fill_numpy_cache() -> None:
 
 
 def release_memory() -> None:
-    """After a job: free its reference cycles, then give freed heap memory back (`trim_heap`).
+    """After a job: free its reference cycles.
 
     Each finished HTTP connection leaves a cycle (uvicorn's protocol, the asyncio transport, the
     socket and their buffers), as does every ``json.dumps(..., indent=...)``. Python frees cycles
     only at a full collection, which it starts once the objects that survived earlier collections
     grew by a quarter: in a server holding 200,000 long-lived objects, every few hundred jobs. In
     between, each job's garbage took new memory instead of reusing the last job's, and the studio's
-    resident memory crept up by about 3 KB a job (docs/benchmarks.md, "The studio server")."""
+    resident memory crept up by about 3 KB a job (docs/benchmarks.md, "The studio server").
+
+    The heap is not trimmed (`malloc_trim`): a job's buffers of 1 MB and more are mapped memory that
+    goes back to the system when freed (`settle_allocator`), and trimming the smaller freed ones only
+    handed pages back for the next job to fault in again, in places that moved from round to round:
+    trimmed after every job, the studio settled 0.08 MB higher over the rounds after its first;
+    untrimmed, its heap stays at the most its jobs have needed at once, a few MB, and holds still."""
     gc.collect()
-    trim_heap()
-
-
-def trim_heap() -> None:
-    """Give freed heap memory back to the system. glibc keeps a freed multi-megabyte buffer (a job's
-    audio, its KV cache) in the process for reuse, so a server's resident memory would creep up with
-    every job of a new size though nothing is alive; trimming after a job keeps it at what is."""
-    libc = glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
 
 
 @functools.cache
 def glibc() -> ctypes.CDLL | None:
-    """The process's glibc, with mallopt and malloc_trim typed; None elsewhere (macOS, Windows,
-    musl: their allocators have other knobs, and musl's mallopt is a no-op)."""
+    """The process's glibc, with mallopt typed; None elsewhere (macOS, Windows, musl: their
+    allocators have other knobs, and musl's mallopt is a no-op)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 - present only in glibc
         libc.mallopt.argtypes, libc.mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-        libc.malloc_trim.argtypes, libc.malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
     except (OSError, AttributeError):
         return None
     return libc
-
-
 
 
 # CPython's small-object allocator (pymalloc) serves requests of up to 512 bytes in 16-byte size

@@ -8,8 +8,8 @@ checks after every token, so a cancelled job frees its worker within one step.
 What a job keeps in memory stays small and bounded: an event is kept as the bytes of its server-sent
 event (encoded once, and sent as they are to every listener), a `notes` event replaces the previous
 one of its variation (each carries all the notes so far), only the newest finished jobs stay in
-memory (all of them stay on disk), and after each job the C heap hands the job's freed buffers
-(audio, KV cache) back to the system.
+memory (all of them stay on disk), and after each job its reference cycles are freed
+(`release_memory`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
-from cadenza.env.allocator import pretouch_object_pools, trim_heap
+from cadenza.env.allocator import pretouch_object_pools
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import sample
 from cadenza.studio.jobs import Job
@@ -188,7 +188,6 @@ def _warm_eager(registry: Registry, model_id: str, rows):
     except Exception as e:  # a warm-up failure costs speed, never the server
         print(f"studio: could not warm up {model_id} ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
         return None
-    trim_heap()  # the slide's buffers go back; its kernels stay
     return model
 
 
