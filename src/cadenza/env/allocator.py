@@ -149,4 +149,8 @@ def restart_without_tcache() -> None:
     env = {**os.environ, RESTARTED: "1", "GLIBC_TUNABLES": f"{tunables}:{TCACHE_OFF}" if tunables else TCACHE_OFF}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError as e:  # only the memory's flatness is at stake: serve on
+        print(f"cadenza: could not restart without glibc's thread caches ({e}); going on with them",
+              file=sys.stderr)
