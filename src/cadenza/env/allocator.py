@@ -136,7 +136,7 @@ RESTARTED = "CADENZA_RESTARTED_FOR_MALLOC"
 
 
 def restart_without_tcache() -> None:
-    """Run this program again in this process (same PID, `os.execv`) with glibc's thread caches
+    """Run this program again in this process (same PID, `os.execve`) with glibc's thread caches
     off, unless they already are, the C library is not glibc, or the user set a tcache tunable.
     Blocks sitting in a thread's cache count as in use, so a long-running server's memory rose by a
     few KB a round as each of its threads' caches filled; without them, malloc's in-use bytes hold

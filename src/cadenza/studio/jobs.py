@@ -66,8 +66,8 @@ class Job:
 
     def wait(self, after: int, timeout: float) -> None:
         """Return when there are more than `after` events, or after `timeout` seconds. It polls, as
-        the server's event stream does: a Condition (or an Event) per job would allocate two 528-byte
-        blocks, which outlive the job's other memory and scattered over the heap round after round."""
+        the server's event stream does: a Condition or an Event allocates a 528-byte block, and those
+        of job records outlived the rest of a job's memory and scattered over the heap."""
         end = time.monotonic() + timeout
         while len(self.events) <= after and time.monotonic() < end:
             time.sleep(0.01)
