@@ -108,19 +108,25 @@ def one_job(base: str, model: str, settings: dict) -> dict:
     return out
 
 
-def start_server(port: int, data: str, runs: str | None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", data]
+def start_server(data: str, runs: str | None = None, options=(), env: dict | None = None) -> subprocess.Popen:
+    """`cadenza serve` (with `options`) as a user starts it, in its own process on a free port of
+    127.0.0.1, once it answers: the process, with its address (`.base`), its log and how long it took
+    to answer (`.start_seconds`). `env`: its environment (default: this one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", data, *options]
     if runs:
         cmd += ["--runs", runs]
     # The server's log goes to a file in its data folder: a pipe nobody reads while it runs would
     # block the server once its buffer filled (a build's warnings, a stack of failed jobs).
     log = open(Path(data) / "server.log", "w+")
-    proc = subprocess.Popen(cmd, stderr=log, text=True)
-    proc.log = log
+    proc = subprocess.Popen(cmd, stderr=log, text=True, env=env)
+    proc.log, proc.base = log, f"http://127.0.0.1:{port}"
     t0 = time.time()
     while True:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
+            if httpx.get(f"{proc.base}/api/health", timeout=1).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
@@ -217,12 +223,9 @@ def main(argv=None) -> int:
     from cadenza.models.zoo import DEFAULT
 
     load_before = os.getloadavg()[0]  # other work on the machine slows every figure but memory
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="cadenza-bench-serve-") as data:
-        server = start_server(port, data, a.runs)
-        base = f"http://127.0.0.1:{port}"
+        server = start_server(data, a.runs)
+        base = server.base
         try:
             compiled_step, warm_wait = wait_for_compiled_step(base)
             if compiled_step != "ready":

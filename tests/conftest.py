@@ -25,6 +25,16 @@ def shared(*parts: str) -> Path:
     return p
 
 
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the scripts are not a package), for tests of what it does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def make_score(notes_per_track, tpq: int = 480, tempos=((0, 120.0),), drums=(), pedals=None) -> Score:
     """notes_per_track: list of [(start_tick, dur_ticks, pitch, velocity), ...]."""
     s = Score(tpq)

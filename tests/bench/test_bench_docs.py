@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location("bench_table", ROOT / "benchmarks" / "bench_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_table")
 
 
 def test_docs_tables_match_the_result_files(table):
@@ -66,9 +63,7 @@ def test_summary_says_when_a_data_set_has_no_kept_run(table, tmp_path, monkeypat
 
 
 def test_kept_runs_name_no_folder_of_the_machine_that_ran_them(tmp_path):
-    spec = importlib.util.spec_from_file_location("keep_run", ROOT / "benchmarks" / "keep_run.py")
-    keep_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(keep_run)
+    keep_run = load_benchmark("keep_run")
     data = tmp_path / "JSB_Chorales.mat"
     data.write_bytes(b"")
     cmd = keep_run.portable(f"cadenza bench polyphonic --data {data} --out runs/x")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cadenza.env.allocator import glibc
+from cadenza.env.allocator import RESTARTED, glibc
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
 
@@ -152,7 +152,7 @@ print(json.dumps({"pid": os.getpid(), "tunables": os.environ.get("GLIBC_TUNABLES
 def _restart(**env: str) -> list[dict]:
     import json
 
-    clean = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "CADENZA_RESTARTED_FOR_MALLOC")}
+    clean = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", RESTARTED)}
     out = subprocess.run([sys.executable, "-c", RESTART], env={**clean, **env}, capture_output=True, text=True,
                          check=True, timeout=120)
     return [json.loads(line) for line in out.stdout.splitlines()]

@@ -132,7 +132,7 @@ def pretouch_object_pools(kb_per_size: int = 256) -> None:
 # glibc's per-thread cache of freed small blocks (tcache: 7 of each of 64 sizes, per thread), read
 # from the environment only when a process starts.
 TCACHE_OFF = "glibc.malloc.tcache_count=0"
-RESTARTED = "CADENZA_RESTARTED_FOR_MALLOC"
+RESTARTED = "CADENZA_RESTARTED_FOR_MALLOC"  # set once restarted: never a loop, even where glibc drops tunables
 
 
 def restart_without_tcache() -> None:
