@@ -171,7 +171,7 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
     if compile:
         status["compiled_step"] = "building"
     model = _warm_eager(registry, model_id, rows)
-    compiled = (_warm(model, rows) if model is not None else "eager: no model") if compile else None
+    compiled = _warm(model, rows) if compile else None
     pretouch_object_pools()  # once start-up work has freed what it made, and before "ready"
     if compile:
         status["compiled_step"] = compiled
@@ -192,9 +192,12 @@ def _warm_eager(registry: Registry, model_id: str, rows):
 
 
 def _warm(model, rows) -> str:
-    """Getting the compiled step for the loaded `model`; -> "ready", or "eager: " and why."""
+    """Getting the compiled step for the loaded `model` (None: it did not load); -> "ready", or
+    "eager: " and why."""
     from cadenza.generation import compiled
 
+    if model is None:
+        return "eager: no model"
     if reason := compiled.available():  # the machine's reason
         return f"eager: {reason}"
     try:
