@@ -19,7 +19,6 @@ from typing import Any
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
-from cadenza.env.allocator import pretouch_object_pools
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import sample
 from cadenza.studio.jobs import Job
@@ -165,14 +164,12 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
     slide through the eager model (`warm_window_slide`), and with `compile` build (or load from the
     disk cache) the compiled decode step; jobs decode eagerly until it is ready. `status`
     ("compiled_step", shown by /api/health) goes building -> ready, or says why decoding stays eager:
-    a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores).
-    Last, the free room of Python's object heap is made resident (`pretouch_object_pools`)."""
+    a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores)."""
     status = status if status is not None else {}
     if compile:
         status["compiled_step"] = "building"
     model = _warm_eager(registry, model_id, rows)
     compiled = _warm(model, rows) if compile else None
-    pretouch_object_pools()  # once start-up work has freed what it made, and before "ready"
     if compile:
         status["compiled_step"] = compiled
 
