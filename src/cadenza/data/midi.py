@@ -3,7 +3,9 @@
 Policies (the same for every tokenizer that starts from notes; see docs/data.md):
 
 * Tempo maps are honoured: all times are converted to seconds by symusic.
-* All non-drum tracks are merged into one piano part. Drum tracks are dropped and counted.
+* All non-drum tracks are merged into one piano part. Drum tracks are dropped and counted. With
+  ``programs=True`` (tokenizers that keep instruments) each note keeps its track's General MIDI
+  program instead, and drum notes are kept as program `DRUMS`.
 * Sustain pedal (CC64 >= 64) lengthens notes as Magenta's ``apply_sustain_control_changes`` does:
   a note whose release falls while the pedal is down (pedal-down instant included, pedal-up
   instant excluded) sounds until the pedal is released. Pedals apply per track (channel).
@@ -23,6 +25,7 @@ import numpy as np
 import symusic
 
 DEFAULT_TPQ = 480  # at the default 120 bpm one tick is ~1 ms, finer than the 10 ms token grid
+DRUMS = 128  # the program number of drum notes: General MIDI's 128 programs, then the drum kit
 
 
 class MidiReadError(ValueError):
@@ -31,16 +34,18 @@ class MidiReadError(ValueError):
 
 @dataclass
 class Notes:
-    """A piano performance as parallel arrays, sorted by pitch, then onset.
+    """A performance as parallel arrays, sorted by (program,) pitch, then onset.
 
     Pitch-major order is what normalisation and tokenization need, so keeping it saves a sort
-    per file; `by_time()` gives onset order for display.
+    per file; `by_time()` gives onset order for display. `program` is None for one piano part,
+    else each note's General MIDI program (`DRUMS` for drum notes).
     """
 
     start: np.ndarray  # float64 seconds
     end: np.ndarray  # float64 seconds, > start
     pitch: np.ndarray  # int64, 0..127
     velocity: np.ndarray  # int64, 1..127
+    program: np.ndarray | None = None  # int64, 0..128 (DRUMS), or None: all piano
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -55,18 +60,34 @@ class Notes:
         return cls(z, z.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @classmethod
-    def from_arrays(cls, start, end, pitch, velocity) -> "Notes":
+    def from_arrays(cls, start, end, pitch, velocity, program=None) -> "Notes":
         start = np.asarray(start, dtype=np.float64)
         end = np.asarray(end, dtype=np.float64)
         pitch = np.asarray(pitch, dtype=np.int64)
         velocity = np.asarray(velocity, dtype=np.int64)
-        order = np.lexsort((start, pitch))
-        return cls(start[order], end[order], pitch[order], velocity[order])
+        if program is None:
+            return cls(*_take((start, end, pitch, velocity), np.lexsort((start, pitch))))
+        program = np.broadcast_to(np.asarray(program, dtype=np.int64), pitch.shape)
+        return cls(*_take((start, end, pitch, velocity, program), np.lexsort((start, pitch, program))))
 
     def by_time(self) -> "Notes":
-        """A copy ordered by onset, then pitch."""
-        order = np.lexsort((self.pitch, self.start))
-        return Notes(self.start[order], self.end[order], self.pitch[order], self.velocity[order])
+        """A copy ordered by onset, then (program,) pitch."""
+        keys = (self.pitch, self.start) if self.program is None else (self.pitch, self.program, self.start)
+        return self.take(np.lexsort(keys))
+
+    def take(self, index) -> "Notes":
+        """The notes at `index` (an index array or a boolean mask), in that order."""
+        arrays = (self.start, self.end, self.pitch, self.velocity, self.program)
+        return Notes(*_take(arrays, index))
+
+    @property
+    def programs(self) -> np.ndarray:
+        """Each note's program: `program`, or 0 (piano) for every note of a one-part `Notes`."""
+        return np.zeros(len(self), np.int64) if self.program is None else self.program
+
+
+def _take(arrays, index) -> tuple:
+    return tuple(None if a is None else a[index] for a in arrays)
 
 
 @dataclass
@@ -136,8 +157,9 @@ def _check_header(data: bytes, label: str) -> bytes:
     return data
 
 
-def score_to_notes(score: symusic.Score, sustain: bool = True) -> tuple[Notes, ReadStats]:
-    """Merge the non-drum tracks of a score into normalised piano `Notes` (times in seconds)."""
+def score_to_notes(score: symusic.Score, sustain: bool = True, programs: bool = False) -> tuple[Notes, ReadStats]:
+    """Normalised `Notes` (times in seconds) of a score: its non-drum tracks merged into one piano
+    part, or with `programs` every track kept under its program and drums as `DRUMS`."""
     stats = ReadStats()
     in_ticks = score.ttype == symusic.TimeUnit.tick
     plain, pedalled = [], []
@@ -148,35 +170,48 @@ def score_to_notes(score: symusic.Score, sustain: bool = True) -> tuple[Notes, R
         if track.is_drum:
             stats.drum_tracks += 1
             stats.drum_notes += n
+            if programs:
+                plain.append(track)
         elif sustain and len(track.pedals):
             pedalled.append(track)
         else:
             plain.append(track)
-    stats.tracks_merged = len(plain) + len(pedalled)
+    stats.tracks_merged = 0 if programs else len(plain) + len(pedalled)
     parts = []
-    if plain:
+    if plain and not programs:
         # Merging in symusic before one numpy() call is ~2x faster than a call per track.
         merged = plain[0].notes.copy()
         for track in plain[1:]:
             merged.extend(track.notes)
-        parts.append(_arrays(merged.numpy()))
+        parts.append((*_arrays(merged.numpy()), 0))
+    elif plain:
+        parts += [(*_arrays(track.notes.numpy()), program_of(track)) for track in plain]
     for track in pedalled:  # pedals act per track (channel), so these are extended one by one
         st, en, p, v = _arrays(track.notes.numpy())
         en, extended = _apply_sustain(en, track.pedals.numpy())
         stats.pedal_extended += extended
-        parts.append((st, en, p, v))
+        parts.append((st, en, p, v, program_of(track) if programs else 0))
     if not parts:
         return Notes.empty(), stats
-    start, end, pitch, vel = (np.concatenate(x) if len(parts) > 1 else x[0] for x in zip(*parts))
+    start, end, pitch, vel = (np.concatenate(x) for x in zip(*(part[:4] for part in parts)))
     if in_ticks:  # all of a file's normalisation happens in ticks; seconds once, at the end
         both = ticks_to_seconds(score, np.concatenate((start, end)))
         start, end = both[:start.size], both[start.size:]
     stats.notes_in = int(start.size)
+    if programs:  # one key per (program, pitch): normalisation then acts per instrument
+        pitch = pitch + 128 * np.concatenate([np.full(part[0].size, part[4], np.int64) for part in parts])
     notes, counts = normalise(start, end, pitch, vel)
+    if programs:
+        notes.program, notes.pitch = notes.pitch // 128, notes.pitch % 128
     stats.zero_length, stats.unisons_merged = counts["zero_length"], counts["unisons_merged"]
     stats.overlaps_truncated = counts["overlaps_truncated"]
     stats.notes_out = len(notes)
     return notes, stats
+
+
+def program_of(track: symusic.Track) -> int:
+    """A track's General MIDI program, or `DRUMS` for a drum track."""
+    return DRUMS if track.is_drum else int(track.program)
 
 
 def ticks_to_seconds(score: symusic.Score, ticks: np.ndarray) -> np.ndarray:
@@ -261,9 +296,11 @@ def run_max(values: np.ndarray, twin: np.ndarray) -> np.ndarray:
     return out
 
 
-def read_notes(source: str | os.PathLike | bytes, sustain: bool = True) -> tuple[Notes, ReadStats]:
-    """Read a MIDI file (or its bytes) into normalised piano notes."""
-    return score_to_notes(load_score(source), sustain=sustain)
+def read_notes(source: str | os.PathLike | bytes, sustain: bool = True,
+               programs: bool = False) -> tuple[Notes, ReadStats]:
+    """Read a MIDI file (or its bytes) into normalised notes (one piano part, or with `programs`
+    every instrument)."""
+    return score_to_notes(load_score(source), sustain=sustain, programs=programs)
 
 
 def as_notes(source) -> Notes:
@@ -276,9 +313,20 @@ def as_notes(source) -> Notes:
 
 
 def notes_to_score(notes: Notes, program: int = 0, tpq: int = DEFAULT_TPQ, name: str = "piano") -> symusic.Score:
-    """A one-track symusic Score in ticks (tpq `tpq`, 120 bpm) holding `notes`."""
+    """A symusic Score in ticks (tpq `tpq`, 120 bpm) holding `notes`: one track (`program`) for a
+    one-part `Notes`, else one track per program, drums on a drum track."""
     score = symusic.Score(tpq, ttype="second")
-    track = symusic.Track(name, program, False, ttype="second")
+    if notes.program is None:
+        score.tracks.append(_track(notes, name, program))
+    for p in np.unique(notes.program) if notes.program is not None else ():
+        part = notes.take(notes.program == p)
+        score.tracks.append(_track(part, "drums" if p == DRUMS else f"program {p}", 0 if p == DRUMS else int(p),
+                                   drum=p == DRUMS))
+    return score.to("tick")
+
+
+def _track(notes: Notes, name: str, program: int, drum: bool = False) -> symusic.Track:
+    track = symusic.Track(name, program, drum, ttype="second")
     if len(notes):
         track.notes = symusic.Note.from_numpy(
             notes.start.astype(np.float32),
@@ -287,8 +335,7 @@ def notes_to_score(notes: Notes, program: int = 0, tpq: int = DEFAULT_TPQ, name:
             notes.velocity.astype(np.int8),
             "second",
         )
-    score.tracks.append(track)
-    return score.to("tick")
+    return track
 
 
 def score_to_bytes(score: symusic.Score) -> bytes:
