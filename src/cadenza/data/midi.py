@@ -321,7 +321,7 @@ def notes_to_score(notes: Notes, program: int = 0, tpq: int = DEFAULT_TPQ, name:
     for p in np.unique(notes.program) if notes.program is not None else ():
         part = notes.take(notes.program == p)
         score.tracks.append(_track(part, "drums" if p == DRUMS else f"program {p}", 0 if p == DRUMS else int(p),
-                                   drum=p == DRUMS))
+                                   drum=bool(p == DRUMS)))
     return score.to("tick")
 
 
