@@ -69,6 +69,28 @@ def test_dockerfile_arg_defaults_equal_versions_env_and_makefile_reads_it():
     assert re.search(r"^-?include\s+docker/versions\.env\s*$", (REPO / "Makefile").read_text(), re.M)
 
 
+def test_versions_env_is_generated_from_the_one_pinned_place():
+    from cadenza.env import versions
+
+    assert (DOCKER / "versions.env").read_text() == versions.env_file(), \
+        "regenerate it: python -m cadenza.env.versions > docker/versions.env"
+
+
+def test_every_image_tag_and_index_url_names_a_pinned_torch_build():
+    from cadenza.env import versions
+
+    tags = {b.tag for b in versions.CUDA_BUILDS}
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(DOCKER.iterdir()),
+             *sorted((REPO / "src").rglob("*.py")), *sorted((REPO / "benchmarks").glob("gpu_check.*"))]
+    for f in files:
+        text = f.read_text()
+        for tag in re.findall(r"download\.pytorch\.org/whl/(cu\d+)", text):
+            assert tag in tags, f"{f.relative_to(REPO)} names {tag}, which torch {versions.TORCH_VERSION} does not ship"
+        for torch_v, cuda_v in re.findall(r"pytorch/pytorch:([\d.]+)-cuda([\d.]+)-cudnn", text):
+            assert (torch_v, cuda_v) in {(versions.TORCH_VERSION, b.cuda) for b in versions.CUDA_BUILDS}, \
+                f"{f.relative_to(REPO)} names the image of torch {torch_v} with CUDA {cuda_v}"
+
+
 def test_dockerfile_targets():
     st = stages()
     image = "pytorch/pytorch:${TORCH_VERSION}-cuda${CUDA_VERSION}-cudnn${CUDNN_VERSION}"
@@ -103,7 +125,7 @@ def test_dockerignore_keeps_local_state_out():
 
 def test_compose_structure(compose):
     svc = compose["services"]
-    assert set(svc) >= {"train", "jupyter", "tensorboard"}
+    assert set(svc) == {"train", "jupyter", "tensorboard", "studio"}
     assert svc["train"]["build"]["target"] == "runtime" and svc["jupyter"]["build"]["target"] == "devel"
     dev = svc["train"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert dev["driver"] == "nvidia" and dev["count"] == "all" and dev["capabilities"] == ["gpu"]
@@ -117,6 +139,11 @@ def test_compose_structure(compose):
         for port in s.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
     assert "JUPYTER_TOKEN" in svc["jupyter"]["environment"]
+    # the studio is healthy when the port it serves answers /api/health
+    port = svc["studio"]["command"][svc["studio"]["command"].index("--port") + 1]
+    probe = " ".join(svc["studio"]["healthcheck"]["test"])
+    assert f"127.0.0.1:{port}/api/health" in probe and probe.startswith("CMD python -c")
+    compile(svc["studio"]["healthcheck"]["test"][-1], "healthcheck", "exec")  # the probe is valid Python
 
 
 def test_compose_build_args_default_to_versions_env(compose):
