@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import symusic
@@ -184,8 +185,15 @@ def score_to_notes(score: symusic.Score, sustain: bool = True, programs: bool = 
         for track in plain[1:]:
             merged.extend(track.notes)
         parts.append((*_arrays(merged.numpy()), 0))
-    elif plain:
-        parts += [(*_arrays(track.notes.numpy()), program_of(track)) for track in plain]
+    elif plain:  # tracks of one program are merged first: one numpy() call per instrument
+        by_program: dict[int, Any] = {}
+        for track in plain:
+            merged = by_program.get(program_of(track))
+            if merged is None:
+                by_program[program_of(track)] = track.notes.copy()
+            else:
+                merged.extend(track.notes)
+        parts += [(*_arrays(notes.numpy()), program) for program, notes in by_program.items()]
     for track in pedalled:  # pedals act per track (channel), so these are extended one by one
         st, en, p, v = _arrays(track.notes.numpy())
         en, extended = _apply_sustain(en, track.pedals.numpy())
