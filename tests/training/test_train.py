@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -53,6 +54,31 @@ def test_resumed_run_reproduces_the_uninterrupted_losses(store, tmp_path):
     a, b = losses(tmp_path / "full"), losses(tmp_path / "split")
     assert sorted(b) == list(range(1, 11))
     assert [a[s] for s in range(1, 11)] == [b[s] for s in range(1, 11)]  # bit for bit on CPU
+
+
+def _fp16(monkeypatch) -> None:
+    """What `auto` picks on a GPU without bf16 (a T4, a V100); PyTorch's CPU autocast and grad scaler
+    run fp16 too, so the switch is testable here."""
+    from cadenza.training import session
+
+    monkeypatch.setattr(session, "resolve_precision", lambda pref, device: "fp16")
+
+
+def test_a_run_saved_in_fp32_resumes_in_fp16_with_a_fresh_grad_scaler(store, tmp_path, monkeypatch):
+    train(cfg("max_steps=3", "save_every=3"), store, tmp_path / "r", progress=False)
+    _fp16(monkeypatch)
+    res = train(cfg("max_steps=6", "save_every=3"), store, tmp_path / "r", resume=True, progress=False)
+    assert res.step == 6 and sorted(losses(tmp_path / "r")) == list(range(1, 7))
+    assert ckpt.load_state(ckpt.latest_checkpoint(tmp_path / "r"))["scaler"]["scale"] > 0  # fp16 saved its scaler
+
+
+def test_a_run_saved_in_fp16_resumes_in_fp32(store, tmp_path, monkeypatch):
+    _fp16(monkeypatch)
+    train(cfg("max_steps=3", "save_every=3"), store, tmp_path / "r", progress=False)
+    assert ckpt.load_state(ckpt.latest_checkpoint(tmp_path / "r"))["scaler"]
+    monkeypatch.undo()
+    res = train(cfg("max_steps=6", "save_every=3"), store, tmp_path / "r", resume=True, progress=False)
+    assert res.step == 6 and all(map(math.isfinite, losses(tmp_path / "r").values()))
 
 
 def test_checkpoint_is_self_describing_and_reloads_without_flags(store, tmp_path):

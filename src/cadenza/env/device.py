@@ -64,6 +64,28 @@ def resolve_precision(pref: str, device: torch.device) -> str:
     return "fp32"
 
 
+def enable_tf32(device: torch.device) -> None:
+    """TF32 for fp32 matmuls on CUDA: Ampere and later GPUs run them several times faster at a
+    precision (10 mantissa bits) that training and sampling do not notice. Called by whatever runs
+    a model on `device` (training, its preview sample, generation); CPU matmuls stay exact, so runs
+    on a CPU reproduce bit for bit. The setting is the process's (PyTorch has no other)."""
+    if torch.device(device).type == "cuda":
+        torch.set_float32_matmul_precision("high")  # cuDNN convolutions and RNNs use TF32 by default
+
+
+def loader_workers(requested: int, device: torch.device) -> int:
+    """DataLoader worker processes: `requested` when >= 0. Auto (< 0): on CUDA a few per training
+    process, so the next batches are cut while the GPU computes, with a core left for the process
+    itself; none elsewhere, where workers would take cores from the model's own threads."""
+    if requested >= 0:
+        return requested
+    if torch.device(device).type != "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    per_process = cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # torchrun sets it
+    return max(0, min(4, per_process - 1))
+
+
 def autocast(device: torch.device, precision: str):
     """The single autocast context every forward pass runs under."""
     if precision == "fp32":

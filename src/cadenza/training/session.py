@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from cadenza.data.dataset import StepSampler, WindowDataset, fixed_windows
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
-from cadenza.env.device import DistInfo, resolve_precision
+from cadenza.env.device import DistInfo, loader_workers, resolve_precision
 from cadenza.models import build_model, checkpoint as ckpt
 from cadenza.models.config import ModelConfig
 from cadenza.training.config import RunConfig
@@ -153,7 +153,10 @@ def _optimizer(model: torch.nn.Module, tc, device) -> torch.optim.Optimizer:
 
 def _restore(s: Session, state: dict) -> None:
     s.opt.load_state_dict(state["optimizer"])
-    s.scaler.load_state_dict(state["scaler"])
+    # A run saved without fp16 saved an empty scaler state: resumed in fp16 (a T4 picks it), the
+    # scaler starts fresh. Resumed without fp16, the scaler is off and ignores a saved state.
+    if state["scaler"]:
+        s.scaler.load_state_dict(state["scaler"])
     rank = s.dist.rank
     torch.set_rng_state(state["rng_cpu"][rank % len(state["rng_cpu"])])
     if s.device.type == "cuda" and state.get("rng_cuda"):
@@ -166,8 +169,9 @@ def _loader(s: Session):
                        stretch=tc.stretch, tokenizer=s.tok, style_dropout=tc.style_dropout,
                        balance_styles=tc.balance_styles)
     sampler = StepSampler(tc.batch_size, s.step, dist.rank, dist.world_size, tc.grad_accum)
+    workers = loader_workers(tc.num_workers, dist.device)  # each window depends on its index only
     # The loader gets its own generator: creating an iterator draws a seed, and drawing it from the
     # global RNG would shift the dropout masks of a resumed run.
-    return iter(DataLoader(ds, batch_size=tc.batch_size, sampler=sampler, num_workers=tc.num_workers,
-                           pin_memory=dist.device.type == "cuda", persistent_workers=tc.num_workers > 0,
+    return iter(DataLoader(ds, batch_size=tc.batch_size, sampler=sampler, num_workers=workers,
+                           pin_memory=dist.device.type == "cuda", persistent_workers=workers > 0,
                            generator=torch.Generator().manual_seed(tc.seed)))

@@ -2,7 +2,9 @@
 
 Read top to bottom like nanoGPT's train.py: DDP from torchrun's environment, one autocast
 context, a grad scaler that only switches on for fp16, gradient sync skipped on accumulation
-micro-steps, only rank 0 logs, validates and writes. Resuming restores weights, optimizer,
+micro-steps, only rank 0 logs, validates and writes. The host waits for the device only at
+logging, validation and checkpoint steps, where the ranks agree on the losses (averaged) and on
+whether to stop. Resuming restores weights, optimizer,
 scaler and RNG states and continues the exact sample stream (`data.dataset.StepSampler`), so on
 CPU a resumed run reproduces the losses of an uninterrupted one.
 
@@ -25,7 +27,7 @@ import torch
 
 from cadenza.atomic import output_folder, remove_leftovers
 from cadenza.data.statistics import polyphony_stats
-from cadenza.env.device import DistInfo, autocast, cleanup_distributed, setup_distributed
+from cadenza.env.device import DistInfo, autocast, cleanup_distributed, enable_tf32, setup_distributed
 from cadenza.env.record import command_line
 from cadenza.evaluation.nll import window_loss
 from cadenza.models import checkpoint as ckpt, count_parameters
@@ -80,6 +82,7 @@ def train(cfg: RunConfig | None = None, data: str | os.PathLike | None = None, o
         raise ValueError("train needs a token store (data=...), made by `cadenza prepare`")
     cfg = copy.deepcopy(cfg or resolve("tiny")).validate()
     dist = setup_distributed(cfg.train.device)
+    enable_tf32(dist.device)  # fp32 matmuls in training and its preview samples
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         with _run_folder(out, dist):
@@ -143,30 +146,28 @@ def _announce(s: Session) -> None:
 
 # ---- the loop ------------------------------------------------------------------------------------
 def _loop(s: Session, progress: bool) -> TrainResult:
+    """Steps go to the device back to back; the host reads their losses only at a sync point
+    (`_sync_due`), where it logs them, decides whether to stop, validates and saves."""
     tc = s.cfg.train
-    tokens_per_step = tc.batch_size * tc.grad_accum * s.dist.world_size * s.cfg.model.context
     budget = tc.max_minutes * 60 if tc.max_minutes else None
-    t0, resumed = time.time(), s.step > 0
-    valid_loss, loss, stopped_by, last_ckpt, t10 = None, float("nan"), "max_steps", None, None
+    fit = budget is not None and s.step == 0  # a time-bounded run ends its cosine schedule with the budget
+    t0 = t_sync = time.time()
+    t10, pending, valid_loss, loss, stopped_by, last_ckpt = None, [], None, float("nan"), "max_steps", None
     bar = _progress(progress, s.step, s.horizon)
     with StopRequest() as stop:
         s.raw.train()
         while s.step < tc.max_steps:
-            ts = time.time()
-            loss, gnorm, lr = _train_step(s)
-            dt = time.time() - ts
-            if budget and not resumed:  # a time-bounded run ends its cosine schedule with the budget
-                t10 = t10 or (time.time() if s.step == 10 else None)
-                if s.step == 30 and t10:
-                    _fit_horizon(s, budget - (time.time() - t0), (time.time() - t10) / 20, bar)
-            reason = _stop_reason(s, stop, budget is not None and time.time() - t0 >= budget)
-            if s.log is not None:
-                s.log.step({"step": s.step, "loss": loss, "lr": lr, "grad_norm": gnorm,
-                            "tokens_per_s": tokens_per_step / dt}, s.device)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_step / dt:,.0f}",
-                                **({"valid": f"{valid_loss:.3f}"} if valid_loss is not None else {}))
+            pending.append(_train_step(s))
+            if not _sync_due(s, fit):
+                continue
+            rows, reason = _sync(s, pending, stop.requested, budget is not None and time.time() - t0 >= budget)
+            now = time.time()
+            _record(s, rows, _tokens_per_step(s) * len(rows) / max(now - t_sync, 1e-9), bar, valid_loss)
+            loss, pending, t_sync = rows[-1][1], [], now
+            if fit and s.step == 10:
+                t10 = now
+            if fit and s.step == 30 and t10:  # steps 10-30: the first ones pay for allocations, kernel choice
+                _fit_horizon(s, budget - (now - t0), (now - t10) / 20, bar)
             final = s.step >= tc.max_steps or reason is not None
             evaluated = s.dist.is_main and s.valid_windows is not None and (s.step % tc.eval_every == 0 or final)
             if evaluated:
@@ -186,55 +187,93 @@ def _loop(s: Session, progress: bool) -> TrainResult:
     return TrainResult(s.out, s.step, loss, valid_loss, s.best, s.unigram, last_ckpt, stopped_by, stop.signum)
 
 
-def _train_step(s: Session) -> tuple[float, float, float]:
-    """One optimizer step over `grad_accum` micro-batches. -> (loss, gradient norm, learning rate)."""
+def _train_step(s: Session) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """One optimizer step over `grad_accum` micro-batches -> (loss, gradient norm, learning rate).
+    The loss and the norm stay on the device: reading them would make the host wait for the GPU."""
     tc = s.cfg.train
     lr = lr_at(s.step, tc, s.horizon)
     for g in s.opt.param_groups:
         g["lr"] = lr
-    loss_sum = 0.0
+    loss_sum = torch.zeros((), device=s.device)
     for micro in range(tc.grad_accum):
         x, y = inputs_targets(next(s.loader).to(s.device, non_blocking=True), s.tok.pad_id)
         if s.dist.enabled:  # gradients are averaged across ranks on the last micro-step only
             s.fwd.require_backward_grad_sync = micro == tc.grad_accum - 1
         with autocast(s.device, s.precision):
             _, loss = s.fwd(x, y)
-        if not torch.isfinite(loss):
-            raise NonFiniteLoss(f"loss became {float(loss.detach())} at step {s.step + 1} (lr {lr:.2e}); "
-                                "lower the learning rate or use --precision fp32/bf16, then resume from "
-                                f"the last checkpoint in {s.out / ckpt.CKPT}")
         s.scaler.scale(loss / tc.grad_accum).backward()
-        loss_sum += float(loss.detach()) / tc.grad_accum
+        loss_sum += loss.detach().float() / tc.grad_accum  # non-finite if any micro-batch's loss is
     s.scaler.unscale_(s.opt)
-    gnorm = float(torch.nn.utils.clip_grad_norm_(s.raw.parameters(), tc.grad_clip))
+    gnorm = torch.nn.utils.clip_grad_norm_(s.raw.parameters(), tc.grad_clip)
     s.scaler.step(s.opt)
     s.scaler.update()
     s.opt.zero_grad(set_to_none=True)
     s.step += 1
-    return loss_sum, gnorm, lr
+    return loss_sum, gnorm.detach(), lr
+
+
+def _sync_due(s: Session, fit: bool) -> bool:
+    """Whether the host reads this step's results: a logging, validation or checkpoint step, the
+    last one, and steps 10 and 30 of a run fitting its schedule to a time budget. Every rank
+    answers the same from the step number alone."""
+    tc, n = s.cfg.train, s.step
+    return (n >= tc.max_steps or n % tc.log_every == 0 or n % tc.eval_every == 0 or n % tc.save_every == 0
+            or (fit and n in (10, 30)))
+
+
+def _sync(s: Session, pending: list, requested: bool, out_of_time: bool) -> tuple[list[tuple], str | None]:
+    """The interval's one host sync: each step's (step, loss, gradient norm, lr), the loss and norm
+    averaged over the ranks, and why to stop (a signal, the time budget, no progress on
+    validation) as any rank sees it; under DDP all of it in a single all-reduce, so that every rank
+    logs the same numbers, stops at the same step, and stops on any rank's non-finite loss."""
+    tc, n = s.cfg.train, len(pending)
+    early = bool(tc.patience and s.since_best >= tc.patience)
+    flags = torch.tensor([requested, out_of_time, early], dtype=torch.float32, device=s.device)
+    packed = torch.cat([torch.stack([p[0] for p in pending]).float(), torch.stack([p[1] for p in pending]).float(),
+                        flags])
+    if s.dist.enabled:
+        torch.distributed.all_reduce(packed)  # a sum: the losses are averaged below, a raised flag stays > 0
+        packed[:2 * n] /= s.dist.world_size
+    values = packed.tolist()
+    rows = [(s.step - n + 1 + i, values[i], values[n + i], pending[i][2]) for i in range(n)]
+    reason = next((r for r, v in zip(("signal", "max_minutes", "early_stop"), values[2 * n:]) if v > 0), None)
+    return rows, reason
+
+
+def _record(s: Session, rows: list[tuple], tokens_per_s: float, bar, valid_loss: float | None) -> None:
+    """Log an interval's steps (the main process); raise at the first non-finite loss, which every
+    rank sees in the same averaged row."""
+    for step, loss, gnorm, lr in rows:
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"loss became {loss} at step {step} (lr {lr:.2e}); lower the learning rate or use "
+                                f"--precision fp32/bf16, then resume from the last checkpoint in {s.out / ckpt.CKPT}")
+        if s.log is not None:
+            s.log.step({"step": step, "loss": loss, "lr": lr, "grad_norm": gnorm, "tokens_per_s": tokens_per_s},
+                       s.device)
+    if bar is not None:
+        bar.update(len(rows))
+        bar.set_postfix(loss=f"{rows[-1][1]:.3f}", tok_s=f"{tokens_per_s:,.0f}",
+                        **({"valid": f"{valid_loss:.3f}"} if valid_loss is not None else {}))
+
+
+def _tokens_per_step(s: Session) -> int:
+    tc = s.cfg.train
+    return tc.batch_size * tc.grad_accum * s.dist.world_size * s.cfg.model.context
 
 
 def _fit_horizon(s: Session, remaining: float, per_step: float, bar) -> None:
-    """End the cosine schedule where the time budget will end. Steps 10-30 are timed because the
-    first ones pay for warm-up (allocations, kernel choice)."""
+    """End the cosine schedule where the time budget will end. Under DDP rank 0 decides and the
+    others take its horizon: ranks that each fit their own would step with different learning
+    rates, and their weights would drift apart."""
     tc = s.cfg.train
-    s.horizon = max(tc.warmup_steps + 1, min(tc.max_steps, s.step + int(remaining / (per_step * 1.08))))
+    horizon = max(tc.warmup_steps + 1, min(tc.max_steps, s.step + int(remaining / (per_step * 1.08))))
+    if s.dist.enabled:
+        agreed = torch.tensor([horizon], dtype=torch.int64, device=s.device)
+        torch.distributed.broadcast(agreed, src=0)
+        horizon = int(agreed.item())
+    s.horizon = horizon
     if bar is not None:
         bar.total = s.horizon
-
-
-def _stop_reason(s: Session, stop: StopRequest, out_of_time: bool) -> str | None:
-    """Why to stop after this step (a signal, the time budget, no progress on validation), agreed
-    by every rank so that all of them save and leave together."""
-    tc = s.cfg.train
-    reason = ("signal" if stop.requested else "max_minutes" if out_of_time
-              else "early_stop" if tc.patience and s.since_best >= tc.patience else None)
-    if s.dist.enabled:
-        codes = ("signal", "max_minutes", "early_stop")
-        flag = torch.tensor([float(codes.index(reason) + 1) if reason else 0.0], device=s.device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        reason = codes[int(flag.item()) - 1] if flag.item() > 0 else None
-    return reason
 
 
 def _evaluate(s: Session) -> float:
