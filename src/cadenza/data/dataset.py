@@ -71,10 +71,7 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         rng = np.random.default_rng([self.seed, int(i)])
-        if self.weights is None:  # a piece with probability proportional to its length
-            k = int(np.searchsorted(self.cum, rng.integers(self.cum[-1]), side="right"))
-        else:  # a style uniformly, then a piece of it proportionally to its length
-            k = min(int(np.searchsorted(self.weights, rng.random(), side="right")), len(self.pieces) - 1)
+        k = self.pick_piece(rng)
         need = self.context + 1 - self.styled  # the style token takes the window's first place
         factor = 1.0
         if self.stretch:
@@ -92,12 +89,24 @@ class WindowDataset(Dataset):
             ids = self._transpose(ids, rng)
         out = np.full(need, self.tok.pad_id, np.int64)
         out[:min(need, ids.size)] = ids[:need]
-        if self.styled:
-            style = self.pieces[k].style
-            if style not in self.tok.styles or (self.style_dropout and rng.random() < self.style_dropout):
-                style = None
-            out = np.concatenate([[self.tok.style_id(style)], out])
-        return torch.from_numpy(out)
+        return torch.from_numpy(self.with_style(out, k, rng))
+
+    def pick_piece(self, rng: np.random.Generator) -> int:
+        """A piece with probability proportional to its length, or, balancing styles, a style
+        uniformly and then a piece of it proportionally to its length."""
+        if self.weights is None:
+            return int(np.searchsorted(self.cum, rng.integers(self.cum[-1]), side="right"))
+        return min(int(np.searchsorted(self.weights, rng.random(), side="right")), len(self.pieces) - 1)
+
+    def with_style(self, ids: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+        """`ids` opened by piece k's style token (NO_STYLE for an unknown style, and with
+        probability `style_dropout`), for a styled tokenizer; else `ids`."""
+        if not self.styled:
+            return ids
+        style = self.pieces[k].style
+        if style not in self.tok.styles or (self.style_dropout and rng.random() < self.style_dropout):
+            style = None
+        return np.concatenate([[self.tok.style_id(style)], ids])
 
     def _stretch(self, ids: np.ndarray, factor: float) -> np.ndarray:
         special = (ids == self.tok.bos_id) | (ids == self.tok.eos_id)
