@@ -43,6 +43,7 @@ import numpy as np
 
 from cadenza.data.midi import Notes, notes_to_score, read_notes, run_max, score_to_notes
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
+from cadenza.data.tokenizers.grid import GridDecodeReport
 
 NUM_PITCHES = 128
 NUM_INSTRUMENTS = 129  # 128 General MIDI programs, then the drums
@@ -280,7 +281,7 @@ class NoteTokenizer(Tokenizer):
         """(events, controls, repairs) of any id sequence. The clock starts at `clock`, or at
         -lead when the ids hold the ANTICIPATE flag, else 0. A note without its duration is
         dropped; a duration without its note is ignored; both are counted as repairs."""
-        report = DecodeReport()
+        report = GridDecodeReport()
         ids = self.check_ids(ids)
         if clock is None:
             clock = -self.lead if np.any(ids == self.anticipate_id) else 0
@@ -389,7 +390,7 @@ def _carried(ids: np.ndarray, pos: np.ndarray, is_event: np.ndarray, lo: int, hi
     marks = np.flatnonzero((ids >= lo) & (ids < hi))
     owner = np.searchsorted(pos, marks)  # the note each mark comes before
     fresh = np.full(pos.size + 1, -1, np.int64)
-    last_of_run = np.append(owner[1:] != owner[:-1], True)
+    last_of_run = np.append(owner[1:] != owner[:-1], owner.size > 0)[:owner.size]
     fresh[owner[last_of_run]] = ids[marks[last_of_run]] - lo
     fresh = fresh[:-1]
     out = np.full(pos.size, default, np.int64)

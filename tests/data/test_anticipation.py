@@ -1,0 +1,121 @@
+"""Anticipatory windows and the note vocabulary's masks: every real sequence passes the masks, and
+no sequence drawn under them is ill formed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cadenza.data.anticipation import AnticipationWindows, TaskMix, melody, top_line
+from cadenza.data.midi import DRUMS
+from cadenza.data.prepare import prepare
+from cadenza.data.store import TokenStore
+from cadenza.data.tokenizers.note_grammar import Plan
+from cadenza.data.tokenizers.notes import DURATIONS, GridNotes, NoteTokenizer
+
+tok = NoteTokenizer()
+
+
+def grid(rows) -> GridNotes:
+    """GridNotes from (onset, length in steps, program, pitch) rows."""
+    a = np.array(rows, np.int64).reshape(-1, 4)
+    duration = np.searchsorted(DURATIONS, a[:, 1])
+    g = GridNotes(a[:, 0], duration, a[:, 2], a[:, 3], np.full(len(a), 20))
+    return g.take(np.lexsort((g.pitch, g.program, g.onset)))
+
+
+def test_top_line_skips_inner_voices_under_a_held_note():
+    g = grid([(0, 200, 0, 72), (0, 100, 0, 60), (100, 100, 0, 64), (200, 50, 0, 71), (200, 50, 0, 55),
+              (200, 50, DRUMS, 80)])
+    assert g.pitch[top_line(g)].tolist() == [72, 71]  # 64 sounds under the held 72; drums never count
+
+
+def test_the_melody_of_several_instruments_is_the_highest_one():
+    g = grid([(0, 100, 32, 40), (0, 100, 73, 79), (100, 100, 73, 81), (100, 100, 0, 60), (100, 100, 0, 84)])
+    assert g.program[melody(g)].tolist() == [73, 73]
+
+
+@pytest.fixture(scope="module")
+def store(midi_folder, tmp_path_factory) -> TokenStore:
+    out = tmp_path_factory.mktemp("notes") / "store"
+    prepare([midi_folder], out, tokenizer=tok, progress=False, style="test", valid_fraction=0.2)
+    return TokenStore(out)
+
+
+def test_windows_are_reproducible_and_well_formed(store):
+    styled = tok.with_styles(["test"])
+    ds = AnticipationWindows(store, "train", 256, seed=3, tokenizer=styled, style_dropout=0.1,
+                             tasks=TaskMix(1, 1, 1), transpose=2, stretch=0.05)
+    seen = set()
+    for i in range(60):
+        w = ds[i].numpy()
+        assert np.array_equal(w, ds[i].numpy()) and w.shape == (257,)
+        assert w[0] in (styled.style_id("test"), styled.no_style_id)
+        assert w[1] in (tok.autoregress_id, tok.anticipate_id)
+        seen.add(int(w[1]))
+        body = w[1:][w[1:] != tok.pad_id]
+        events, controls, report = tok.decode_grid(body)
+        assert report.extra["notes_without_duration"] <= 1  # cut at the window's end
+        assert report.extra["durations_without_note"] <= 1  # a cropped window may open on one
+        assert (len(controls) > 0) <= (w[1] == tok.anticipate_id)
+    assert seen == {tok.autoregress_id, tok.anticipate_id}
+
+
+def test_task_weights_are_checked():
+    with pytest.raises(ValueError, match="task weights"):
+        TaskMix(0, 0, 0).probabilities()
+
+
+def _plans(store):
+    """(prompt, plan) pairs from real windows: every sequence the training writes, uncropped."""
+    ds = AnticipationWindows(store, "train", 512, seed=0, tokenizer=tok, tasks=TaskMix(1, 1, 1))
+    rng = np.random.default_rng(0)
+    for k in range(len(ds.pieces)):
+        g = ds.notes(k).take(slice(0, 150))
+        for task in ("autoregress", "infill", "accompany"):
+            from cadenza.data.anticipation import choose_controls
+
+            given = choose_controls(g, task, rng)
+            controls = g.take(given) if given is not None else GridNotes.empty()
+            controls.velocity = np.zeros_like(controls.velocity)
+            yield ds.sequence(g, given, at_start=True, at_end=False), Plan(controls=controls)
+
+
+def test_every_real_sequence_passes_the_masks(store):
+    for ids, plan in _plans(store):
+        g = tok.grammar(1, "cpu", plan=plan)
+        g.observe(torch.tensor([ids[:2].tolist()]))  # the task flag and BOS: the prompt
+        for t in range(2, len(ids)):
+            assert g.allowed()[0, ids[t]], (t, tok.token_name(ids[t]))
+            g.observe(torch.tensor([[ids[t]]]))
+
+
+def test_no_sequence_drawn_under_the_masks_is_ill_formed(store):
+    """10,000 tokens drawn at random among the allowed ones, with controls, a span and a cap."""
+    ids, plan = next((i, p) for i, p in _plans(store) if len(p.controls) > 10)
+    plan = Plan(controls=plan.controls, events_from=50, events_until=2000)
+    rows, steps, cap = 8, 1250, 3
+    g = tok.grammar(rows, "cpu", max_polyphony=cap, plan=plan)
+    g.observe(torch.full((rows, 1), tok.anticipate_id))
+    gen = torch.Generator().manual_seed(0)
+    seqs = torch.zeros(rows, steps, dtype=torch.long)
+    for s in range(steps):
+        allowed = g.allowed()
+        assert allowed.any(1).all()
+        seqs[:, s] = torch.multinomial(allowed.float(), 1, generator=gen)[:, 0]
+        g.observe(seqs[:, s:s + 1])
+    for row in seqs.tolist():
+        events, controls, report = tok.decode_grid([tok.anticipate_id] + row)
+        assert report.extra["durations_without_note"] == 0
+        assert report.repairs <= 1  # at most a note cut by the end of the draw
+        placed = plan.controls.take(slice(0, len(controls)))
+        assert all(np.array_equal(getattr(placed, f), getattr(controls, f)) for f in ("onset", "duration", "pitch"))
+        assert ((events.onset >= 50) & (events.onset < 2000)).all()
+        notes = GridNotes.concat([events, controls])
+        voice = notes.program * 128 + notes.pitch
+        order = np.lexsort((notes.onset, voice))
+        v, on, end = voice[order], notes.onset[order], notes.end[order]
+        assert not ((v[1:] == v[:-1]) & (on[1:] < end[:-1])).any()  # no voice sounds twice at once
+        for t in events.onset:
+            assert ((notes.onset <= t) & (notes.end > t)).sum() <= cap
