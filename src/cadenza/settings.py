@@ -6,8 +6,9 @@ A field declares its range where it is defined::
 
 and `validate(obj)` checks every field of a dataclass against its declaration, raising
 `SettingError` with the field's name, its valid range and the value given (``top_p must be in
-(0, 1], got 1.5``). The command line turns the field name into its flag (``--top-p``) and the web
-studio into a 422 on that field, so each range is written once, here beside the default.
+(0, 1], got 1.5``). The command line makes each field's flag from the same declaration (its doc,
+default and range; `flag` where the flag is not the field's name) and names that flag in the error;
+the web studio answers a 422 on the field. Each default, range and doc is written once, here.
 """
 
 from __future__ import annotations
@@ -28,9 +29,15 @@ class SettingError(ValueError):
 
 def setting(default: Any = None, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
             lt: float | None = None, choices: Iterable[Any] | None = None, doc: str = "",
-            factory: Any = None) -> Any:
-    """A dataclass field with its valid range (inclusive `ge`/`le`, exclusive `gt`/`lt`) or choices."""
-    meta = {"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices) if choices else None, "doc": doc}
+            factory: Any = None, flag: str | None = None, exclusive: str | None = None) -> Any:
+    """A dataclass field with its valid range (inclusive `ge`/`le`, exclusive `gt`/`lt`) or choices.
+
+    `doc` is its help everywhere (flags, the studio's settings). `flag` names a command-line flag
+    other than ``--field-name`` (for a bool that defaults on: the flag that turns it off, such as
+    ``--no-eos``); fields with the same `exclusive` name are mutually exclusive flags.
+    """
+    meta = {"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices) if choices else None, "doc": doc,
+            "flag": flag, "exclusive": exclusive}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -13,6 +13,7 @@ from conftest import random_piece, write_score
 import cadenza
 from cadenza.data.dataset import WindowDataset
 from cadenza.data.tokenizers import PerformanceTokenizer, tokenizer_from_dict
+from cadenza.generation.config import SamplingConfig
 from cadenza.generation.sampler import generate_ids, sample_seeds
 from cadenza.models import checkpoint as ckpt
 from cadenza.training.config import resolve
@@ -69,8 +70,8 @@ def _sample(run, style: str, guidance: float, use_cache: bool = True, slide: int
     model, meta = ckpt.load_model(run)
     tok = tokenizer_from_dict(meta["tokenizer"])
     prompt = torch.tensor([tok.style_prefix(style) + [tok.bos_id]] * 3)
-    return generate_ids(model, prompt, n, tok, seeds=sample_seeds(7, 0, 3), guidance=guidance, use_cache=use_cache,
-                        stop_at_eos=False, slide=slide)
+    cfg = SamplingConfig(style=style, guidance=guidance, max_tokens=n, use_cache=use_cache, stop_at_eos=False)
+    return generate_ids(model, prompt, tok, cfg, seeds=sample_seeds(7, 0, 3), slide=slide)
 
 
 def test_guidance_1_is_plain_conditioned_sampling_bit_for_bit(styled):

@@ -1,8 +1,9 @@
 """`SamplingConfig`: every setting of a generation, with its valid range, in one validated dataclass.
 
-The command line builds it from flags, the Python API from keywords (or a dict / JSON), the web
-studio from the JSON a client sends; all three go through `validate`, and `generation.json`
-records it, so a sample can be made again from that file alone.
+The command line builds it from flags (made from these declarations), the Python API from keywords
+(or a dict / JSON), the web studio from the JSON a client sends; all three go through `validate`,
+and the decoding loop takes the validated object whole. `generation.json` records it, so a sample
+can be made again from that file alone.
 """
 
 from __future__ import annotations
@@ -18,29 +19,35 @@ DEFAULT_MAX_TOKENS = 1024
 @dataclass
 class SamplingConfig:
     style: str | None = setting(None, doc="play in this style (a model with styles; see `cadenza models`)")
-    guidance: float = setting(1.0, ge=0, le=20, doc="classifier-free guidance: > 1 follows the style more "
-                                                     "strongly, 1 is plain conditioned sampling")
+    guidance: float = setting(1.0, ge=0, le=20, doc="classifier-free guidance: > 1 (1.5-3 is typical) follows the "
+                                                     "style more strongly, 1 is plain conditioned sampling")
     num_samples: int = setting(1, ge=1, le=10_000, doc="pieces to generate")
-    max_tokens: int | None = setting(None, ge=1, le=1_000_000, doc="new tokens per sample (default 1024)")
-    seconds: float | None = setting(None, gt=0, le=3600, doc="new music per sample, in seconds")
+    max_tokens: int | None = setting(None, ge=1, le=1_000_000, exclusive="length",
+                                     doc="new tokens per sample (default 1024)")
+    seconds: float | None = setting(None, gt=0, le=3600, exclusive="length", doc="new music per sample, in seconds")
     temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
-    top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only")
-    top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: the smallest set of tokens reaching p")
-    seed: int = setting(0, ge=0, lt=2**32, doc="the same seed gives the same MIDI on the same machine")
+    top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only (1: greedy)")
+    top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: sample among the smallest set of tokens whose "
+                                                        "probability reaches p")
+    seed: int = setting(0, ge=0, lt=2**32, doc="the same seed gives the same MIDI, bit for bit, on the same machine")
     primer: str | None = setting(None, doc="a MIDI file to continue")
     primer_seconds: float | None = setting(None, gt=0, doc="use only the primer's first S seconds")
-    constrained: bool = setting(True, doc="grammar-constrained decoding: every note that starts, ends")
+    constrained: bool = setting(True, flag="--unconstrained", doc="grammar-constrained decoding: every note that "
+                                "starts, ends (off: no grammar mask; the decoder still repairs)")
     max_polyphony: int | None = setting(None, ge=0, le=128, doc="at most this many notes sounding at once "
                                         "(default: the 99th percentile of the style's training data; 0: no limit)")
     max_note_seconds: float | None = setting(None, ge=0, doc="release any note held this long (default: the "
                                              "99.9th percentile of note lengths in the training data; 0: no limit)")
-    stop_at_eos: bool = setting(True, doc="a piece may end before its length (False: every sample runs to it)")
+    stop_at_eos: bool = setting(True, flag="--no-eos", doc="a piece may end before its length (off: every sample "
+                                "runs to its full length)")
     batch_size: int = setting(8, ge=1, le=1024, doc="samples generated together")
-    use_cache: bool = setting(True, doc="KV cache (False recomputes every window; the tests' reference)")
-    compile: bool = setting(True, doc="decode with the compiled step where it applies (float32 transformer on "
-                            "the CPU; built once per model and batch size, then loaded from a disk cache)")
+    use_cache: bool = setting(True, doc="KV cache (off: every step recomputes its window; the tests' reference)")
+    compile: bool = setting(True, flag="--no-compile", doc="decode with the compiled step where it applies (a "
+                            "float32 transformer on the CPU): built once per model and batch size, tens of "
+                            "seconds, then loaded from a disk cache")
 
     def validate(self) -> "SamplingConfig":
+        """Check every setting once, before sampling: the decoding loop and its filters trust them."""
         validate(self)
         if self.max_tokens is not None and self.seconds is not None:
             raise SettingError("seconds", "and max_tokens are exclusive: give one length")

@@ -1,17 +1,16 @@
-"""Logit filters as small pure functions: temperature, top-k, top-p, the grammar's mask, the draw."""
+"""Logit filters as small pure functions: temperature, top-k, top-p, the grammar's mask, the draw.
+
+They run once per token, so they check nothing: their settings come from a `SamplingConfig` that
+`SamplingConfig.validate` has checked once, before sampling (a temperature > 0, 0 < p <= 1, k >= 1).
+"""
 
 from __future__ import annotations
 
 import torch
 
 
-def check_temperature(temperature: float) -> None:
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 (use top_k=1 for greedy decoding)")
-
-
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    check_temperature(temperature)
+    """Logits divided by a temperature > 0."""
     return logits if temperature == 1.0 else logits / temperature  # x / 1 is x: skip the operator
 
 
@@ -37,6 +36,7 @@ def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
 
 def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                   allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """The grammar's mask (`allowed`: False is impossible), then temperature, top-k and top-p, in float32."""
     logits = logits.float()
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,17 +29,44 @@ from cadenza.models import checkpoint as ckpt
 
 
 @dataclass
+class Prompt:
+    """What every sample of a generation starts from: the checkpoint's tokenizer, the primer's ids,
+    and the ids fed first (the style token, BOS, the primer)."""
+
+    tokenizer: Any
+    primer: list[int]
+    ids: list[int]
+
+    @classmethod
+    def build(cls, meta: dict, cfg: SamplingConfig) -> "Prompt":
+        """The prompt of `cfg` (style, primer) for the checkpoint `meta` describes."""
+        tok = tokenizer_from_dict(meta["tokenizer"])
+        if cfg.seconds is not None and not tok.has_clock:
+            raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
+        primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
+        return cls(tok, primer, tok.style_prefix(cfg.style) + [tok.bos_id] + primer)
+
+
+@dataclass
 class Generation:
     scores: list  # symusic Scores (ticks)
     ids: list[list[int]]  # generated ids per sample (primer excluded)
     stats: list[dict[str, Any]]
     config: SamplingConfig
+    prompt: Prompt
     paths: list[Path] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # checkpoint, device, speed
 
     @property
     def tokens_per_s(self) -> float:
         return self.run.get("tokens_per_s", float("nan"))
+
+    @cached_property
+    def notes(self) -> list:
+        """Each sample's notes in seconds, primer included (what a player or a piano roll needs);
+        decoded once, on first use."""
+        tok, primer = self.prompt.tokenizer, self.prompt.primer
+        return [tok.to_notes(primer + ids) for ids in self.ids]
 
 
 def sampling_config(config: SamplingConfig | dict | None = None, **settings: Any) -> SamplingConfig:
@@ -73,28 +101,30 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
 
 
 def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
-           on_tokens: Callable[[int, torch.Tensor], None] | None = None, build_compiled: bool = True) -> Generation:
+           on_tokens: Callable[[int, torch.Tensor], None] | None = None, build_compiled: bool = True,
+           prompt: Prompt | None = None) -> Generation:
     """`generate` with a model already loaded (``checkpoint.load_model``): what a server calls.
 
     `on_tokens(first_sample, tokens)` is called after every step with the new tokens so far of the
     samples `first_sample`, ... (a (B, steps) view): the studio streams notes from it, and cancels a
     job by raising in it. With `build_compiled=False` a compiled decode step is used only when it is
-    already built (a server does not make a job wait for a compiler).
+    already built (a server does not make a job wait for a compiler). `prompt`: the
+    `Prompt.build(meta, cfg)` a caller already made (a server streaming notes needs its tokenizer
+    and primer before the samples exist); the returned `Generation` carries it.
     """
-    tok = tokenizer_from_dict(meta["tokenizer"])
-    if cfg.seconds is not None and not tok.has_clock:
-        raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
-    primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
-    prompt = tok.style_prefix(cfg.style) + [tok.bos_id] + primer
+    prompt = prompt if prompt is not None else Prompt.build(meta, cfg)
+    tok, primer = prompt.tokenizer, prompt.primer
     dev = next(model.parameters()).device
     t0 = time.time()
     limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
-    all_ids, compiled, setup = _sample(model, tok, prompt, cfg, dev, progress, limit, cap, on_tokens, build_compiled)
+    # the checkpoint's limits in place of the defaults, as the decoding loop applies them
+    limited = replace(cfg, max_note_seconds=limit, max_polyphony=cap)
+    all_ids, compiled, setup = _sample(model, prompt, limited, dev, progress, on_tokens, build_compiled)
     elapsed = time.time() - t0
     scores, stats = [], []
-    head = len(prompt) - len(primer)  # the style token and BOS: not music
+    head = len(prompt.ids) - len(primer)  # the style token and BOS: not music
     for ids in all_ids:
-        full = prompt[head:] + ids
+        full = prompt.ids[head:] + ids
         score, report = tok.decode(full)
         scores.append(score)
         stats.append({"tokens": len(ids), "primer_tokens": len(primer), "notes": score.note_num(),
@@ -104,11 +134,10 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
            "generation_seconds": elapsed, "compiled": compiled, "compile_seconds": setup,
            # decoding speed: a first run's build of the compiled step is not decoding
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed - setup, 1e-9)}
-    return Generation(scores, all_ids, stats, cfg, run=run)
+    return Generation(scores, all_ids, stats, cfg, prompt, run=run)
 
 
-def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: bool,
-            max_note_seconds: float | None, max_polyphony: int | None, on_tokens=None,
+def _sample(model, prompt: Prompt, cfg: SamplingConfig, dev, progress: bool, on_tokens=None,
             build_compiled: bool = True) -> tuple[list[list[int]], bool, float]:
     """All samples, `batch_size` at a time; sample i draws from its own stream, seeded by
     (`seed`, i), so it is the same whatever the batch size or number of samples. Also returns
@@ -122,7 +151,7 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
     batches = list(range(0, cfg.num_samples, cfg.batch_size))
     for k, start in enumerate(batches):
         b = min(cfg.batch_size, cfg.num_samples - start)
-        p = torch.tensor([prompt] * b, dtype=torch.long, device=dev)
+        p = torch.tensor([prompt.ids] * b, dtype=torch.long, device=dev)
         t = time.time()
         fast = _fast_decoder(model, cfg, b * (2 if cfg.guidance != 1.0 else 1), build_compiled)
         setup += time.time() - t
@@ -131,11 +160,8 @@ def _sample(model, tok, prompt: list[int], cfg: SamplingConfig, dev, progress: b
         # In a log file (no terminal) one line every 30 s, not one per token.
         with tqdm(total=budget, unit="tok", desc=desc, disable=not progress, file=sys.stderr, leave=False,
                   mininterval=0.1 if sys.stderr.isatty() else 30) as bar:
-            out += generate_ids(model, p, budget, tok, temperature=cfg.temperature, top_k=cfg.top_k,
-                                top_p=cfg.top_p, seeds=sample_seeds(cfg.seed, start, b), constrained=cfg.constrained,
-                                max_polyphony=max_polyphony, use_cache=cfg.use_cache, stop_at_eos=cfg.stop_at_eos,
-                                stop_seconds=cfg.seconds, max_note_seconds=max_note_seconds,
-                                guidance=cfg.guidance, on_token=_progress(bar, start, on_tokens), fast=fast)
+            out += generate_ids(model, p, prompt.tokenizer, cfg, seeds=sample_seeds(cfg.seed, start, b), fast=fast,
+                                on_token=_progress(bar, start, on_tokens))
     return out, compiled and bool(batches), setup
 
 

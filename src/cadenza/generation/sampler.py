@@ -3,7 +3,8 @@
 `generate_ids` continues a batch of prompts token by token. The transformer keeps a static KV
 cache; the LSTM carries its (h, c) state. Past the model's context the window slides: when the
 cache is full it is refilled with the last ``context - slide`` tokens, and generation goes on.
-With ``use_cache=False`` the same windows are recomputed from scratch at every step (how
+Every sampling setting comes from one validated `SamplingConfig`. Without the cache
+(``use_cache=False``) the same windows are recomputed from scratch at every step (how
 MusicTransformer-Pytorch samples), which the tests use as the reference.
 """
 
@@ -14,7 +15,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cadenza.generation.filters import check_temperature, filter_logits, inverse_cdf
+from cadenza.generation.config import SamplingConfig
+from cadenza.generation.filters import filter_logits, inverse_cdf
 
 
 class _Window:
@@ -109,58 +111,48 @@ def _uniforms(b: int, n: int, device, generator: torch.Generator | None, seeds: 
 
 
 @torch.inference_mode()
-def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-                 seeds: list[int] | None = None, constrained: bool = True, max_polyphony: int | None = None,
-                 use_cache: bool = True, stop_at_eos: bool = True, slide: int | None = None,
-                 stop_seconds: float | None = None, max_note_seconds: float | None = None,
-                 guidance: float = 1.0, on_token: Callable[[int, torch.Tensor], None] | None = None,
-                 fast=None) -> list[list[int]]:
-    """Continue each prompt (B, T0) by up to `max_new_tokens` sampled tokens.
+def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *,
+                 generator: torch.Generator | None = None, seeds: list[int] | None = None, fast=None,
+                 on_token: Callable[[int, torch.Tensor], None] | None = None,
+                 slide: int | None = None) -> list[list[int]]:
+    """Continue each prompt (B, T0) by up to `cfg.token_budget()` sampled tokens; returns the new
+    tokens per row (EOS kept when sampled).
 
-    Returns the new tokens per sequence (prompt excluded; EOS kept when sampled). Randomness comes
-    from `seeds` (one per row: a row's tokens do not depend on the other rows) or `generator`. With
-    `constrained` the tokenizer's grammar masks impossible events and closes open notes. With
-    `stop_seconds` (tokenizers with a clock) a sequence stops once its new tokens span that time.
-    With `stop_at_eos=False` EOS is masked, so every sample runs to its length. With a styled
-    tokenizer a prompt starts with its style token, and `guidance` != 1 samples from
-    ``uncond + guidance * (cond - uncond)``, the unconditioned logits coming from the same rows with
-    NO_STYLE in the style token's place (classifier-free guidance: both passes in one batch, each
-    row with its own KV cache). `fast` (a `StaticDecoder` for this many rows, e.g. from
-    `cadenza.generation.compiled.decoder`) runs the single-token steps through its compiled step;
-    prompts and window slides still go through the eager model. `on_token(n, new)` is called after
-    each step with the number of steps taken and the new tokens so far, a (B, n) view (a progress
-    bar, streaming, cancelling).
+    `cfg` is a validated `SamplingConfig`, applied as it is (its grammar limits too: None or 0 is
+    none; `generate.sample` fills them from the checkpoint first). Randomness comes from `seeds`
+    (one per row: a row's tokens do not depend on the other rows) or `generator`. With guidance
+    != 1 (a styled tokenizer, whose prompts start with their style token) the logits are
+    ``uncond + guidance * (cond - uncond)``, the unconditioned rows having NO_STYLE in the style
+    token's place, both halves in one batch. `fast` (a decoder from `compiled.decoder` for this
+    many rows) runs the single-token steps through the compiled step; prompts and window slides
+    go through the eager model. `slide`: how far the window slides past the context (default a
+    quarter of it). `on_token(n, new)` is called after each step with the steps taken and the new
+    tokens so far, a (B, n) view (a progress bar, streaming, cancelling).
     """
     model.eval()
-    fast = fast if use_cache else None  # without a cache every step recomputes its window
+    fast = fast if cfg.use_cache else None  # without a cache every step recomputes its window
     b, t0 = prompts.shape
     device = prompts.device
-    guided = guidance != 1.0
+    budget, guided = cfg.token_budget(), cfg.guidance != 1.0
     if guided and not tokenizer.styles:
         raise ValueError("guidance needs a model with styles")
     rows = torch.cat([prompts, _unconditioned(prompts, tokenizer)]) if guided else prompts
     # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
-    grammar = tokenizer.grammar(b, device, constrained, max_polyphony, allow_eos=stop_at_eos,
-                                max_note_seconds=max_note_seconds)
+    grammar = tokenizer.grammar(b, device, cfg.constrained, cfg.max_polyphony or None, allow_eos=cfg.stop_at_eos,
+                                max_note_seconds=cfg.max_note_seconds or None)
     grammar.observe(prompts)
-    window = _Window(model, rows.shape[0], use_cache, slide if slide is not None else default_slide(model),
+    window = _Window(model, rows.shape[0], cfg.use_cache, slide if slide is not None else default_slide(model),
                      keep=1 if tokenizer.styles else 0, fast=fast)
     if fast is not None:
-        if fast.model is not model:
-            raise ValueError("the fast decoder was made for another model")
-        if fast.cache.k.shape[1] != rows.shape[0]:
-            raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows; this call has {rows.shape[0]} "
-                             "(guidance doubles the rows)")
-        fast.reset()
+        _check_fast(fast, model, rows.shape[0])
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
-    seq = torch.full((rows.shape[0], t0 + max_new_tokens), tokenizer.pad_id, dtype=torch.long, device=device)
+    seq = torch.full((rows.shape[0], t0 + budget), tokenizer.pad_id, dtype=torch.long, device=device)
     seq[:, :t0] = rows
-    u = _uniforms(b, max_new_tokens, device, generator, seeds).t().contiguous()  # u[step]: one per row
-    stop = _Stop(tokenizer, b, device, stop_at_eos, stop_seconds)
-    draw = _Draw(b, temperature, top_k, top_p, guidance, fast)
+    u = _uniforms(b, budget, device, generator, seeds).t().contiguous()  # u[step]: one per row
+    stop = _Stop(tokenizer, b, device, cfg.stop_at_eos, cfg.seconds)
+    draw = _Draw(b, cfg, fast)
     n_new, n = t0, t0
-    for step in range(max_new_tokens):
+    for step in range(budget):
         drawn = draw(window, seq[:, :n], n_new, grammar.allowed(), u[step])
         nxt = torch.where(stop.done, tokenizer.pad_id, drawn) if stop.can_stop else drawn
         grammar.observe(nxt[:, None])
@@ -172,12 +164,22 @@ def generate_ids(model, prompts: torch.Tensor, max_new_tokens: int, tokenizer, *
             break
     out = []
     for row in seq[:b, t0:n].tolist():
-        if stop_at_eos and tokenizer.eos_id in row:
+        if cfg.stop_at_eos and tokenizer.eos_id in row:
             row = row[:row.index(tokenizer.eos_id) + 1]
         while row and row[-1] == tokenizer.pad_id:  # rows that stopped early (time budget)
             row.pop()
         out.append(row)
-    return grammar.close(out) if constrained else out
+    return grammar.close(out) if cfg.constrained else out
+
+
+def _check_fast(fast, model, rows: int) -> None:
+    """Refuse a compiled step made for another model or batch; reset its cache for a new batch."""
+    if fast.model is not model:
+        raise ValueError("the fast decoder was made for another model")
+    if fast.cache.k.shape[1] != rows:
+        raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows; this call has {rows} "
+                         "(guidance doubles the rows)")
+    fast.reset()
 
 
 class _Draw:
@@ -186,13 +188,11 @@ class _Draw:
     guidance, top-k or top-p) and a step that draws (`StaticDecoder.draws`), the compiled step does
     all of it in its one native call; otherwise, and for prompts and window slides, it is done here."""
 
-    def __init__(self, b: int, temperature: float, top_k: int | None, top_p: float | None, guidance: float,
-                 fast) -> None:
-        check_temperature(temperature)
-        self.b, self.temperature, self.top_k, self.top_p, self.guidance = b, temperature, top_k, top_p, guidance
-        plain = guidance == 1.0 and not top_k and (top_p is None or top_p >= 1.0)
+    def __init__(self, b: int, cfg: SamplingConfig, fast) -> None:
+        self.b, self.cfg = b, cfg
+        plain = cfg.guidance == 1.0 and not cfg.top_k and (cfg.top_p is None or cfg.top_p >= 1.0)
         self.in_step = plain and fast is not None and fast.draws
-        self.t = torch.tensor(float(temperature))
+        self.t = torch.tensor(float(cfg.temperature))
 
     def __call__(self, window: _Window, seq: torch.Tensor, n_new: int, allowed: torch.Tensor,
                  u: torch.Tensor) -> torch.Tensor:
@@ -202,10 +202,11 @@ class _Draw:
                 return drawn
         else:
             logits = window.next_logits(seq, n_new)
-        if self.guidance != 1.0:
+        cfg = self.cfg
+        if cfg.guidance != 1.0:
             cond, uncond = logits[:self.b].float(), logits[self.b:].float()
-            logits = uncond + self.guidance * (cond - uncond)
-        logits = filter_logits(logits, self.temperature, self.top_k, self.top_p, allowed)
+            logits = uncond + cfg.guidance * (cond - uncond)
+        logits = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, allowed)
         return inverse_cdf(torch.softmax(logits, dim=-1), u)[:, 0]
 
 

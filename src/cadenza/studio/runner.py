@@ -18,9 +18,8 @@ from typing import Any
 
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
-from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.generation.config import SamplingConfig
-from cadenza.generation.generate import sample
+from cadenza.generation.generate import Generation, Prompt, sample
 from cadenza.studio.jobs import Job
 from cadenza.studio.registry import Registry
 
@@ -38,8 +37,8 @@ class _Stream:
     """The `on_tokens` callback of a job: checks for cancelling after every token, and sends the
     notes of each variation so far every STREAM_EVERY seconds."""
 
-    def __init__(self, job: Job, tok, primer: list[int]):
-        self.job, self.tok, self.primer, self.last = job, tok, primer, 0.0
+    def __init__(self, job: Job, prompt: Prompt):
+        self.job, self.tok, self.primer, self.last = job, prompt.tokenizer, prompt.primer, 0.0
 
     def __call__(self, first: int, tokens) -> None:
         self.job.check()
@@ -47,12 +46,11 @@ class _Stream:
         if now - self.last < STREAM_EVERY:
             return
         self.last = now
-        self.send(first, tokens.tolist())
+        for r, new in enumerate(tokens.tolist()):
+            self.send(first + r, self.tok.to_notes(self.primer + [t for t in new if t != self.tok.pad_id]), len(new))
 
-    def send(self, first: int, rows: list[list[int]]) -> None:
-        for r, new in enumerate(rows):
-            notes = self.tok.to_notes(self.primer + [t for t in new if t != self.tok.pad_id])
-            self.job.emit("notes", variation=first + r, notes=notes_json(notes), tokens=len(new))
+    def send(self, variation: int, notes: Notes, tokens: int) -> None:
+        self.job.emit("notes", variation=variation, notes=notes_json(notes), tokens=tokens)
 
 
 @dataclass
@@ -63,31 +61,30 @@ class Runner:
 
     def __call__(self, job: Job) -> dict[str, Any]:
         model, meta = self.registry.load(job.model)
-        tok = tokenizer_from_dict(meta["tokenizer"])
         cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
-        primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
+        prompt = Prompt.build(meta, cfg)  # the stream decodes with its tokenizer and primer as tokens arrive
+        stream = _Stream(job, prompt)
         # A job never waits for a compiler: it uses a compiled step only once `warm_up` has built it.
-        stream = _Stream(job, tok, primer)
-        gen = sample(model, meta, cfg, on_tokens=stream, build_compiled=False)
+        gen = sample(model, meta, cfg, on_tokens=stream, build_compiled=False, prompt=prompt)
         job.check()
         # The last notes of every variation: a generation faster than STREAM_EVERY streams none.
-        stream.send(0, gen.ids)
-        return self._write(job, tok, gen, primer)
+        for k, (notes, ids) in enumerate(zip(gen.notes, gen.ids)):
+            stream.send(k, notes, len(ids))
+        return self._write(job, gen)
 
     def _primer_settings(self, job: Job) -> dict[str, Any]:
         if not job.primer:
             return {}
         return {"primer": str(job.primer["path"]), "primer_seconds": job.primer.get("seconds")}
 
-    def _write(self, job: Job, tok, gen, primer: list[int]) -> dict[str, Any]:
+    def _write(self, job: Job, gen: Generation) -> dict[str, Any]:
         """sample-K.mid and sample-K.wav per variation, and job.json, into the job's folder."""
         from cadenza.listen.audio import synthesize, write_wav
 
         variations = []
         with atomic_dir(self.data / "jobs" / job.id) as tmp:
-            for k, (score, ids, stats) in enumerate(zip(gen.scores, gen.ids, gen.stats)):
+            for k, (score, notes, stats) in enumerate(zip(gen.scores, gen.notes, gen.stats)):
                 write_midi(score, tmp / f"sample-{k}.mid")
-                notes = tok.to_notes(primer + ids)
                 audio, backend = synthesize(notes, sample_rate=self.sample_rate)
                 write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
                 variations.append({"index": k, "notes": stats["notes"], "seconds": stats["seconds"],

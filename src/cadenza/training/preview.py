@@ -10,18 +10,20 @@ import sys
 
 import torch
 
+from cadenza.generation.config import SamplingConfig
+from cadenza.generation.sampler import generate_ids
+from cadenza.listen.audio import synthesize
+from cadenza.listen.pianoroll import piano_roll
+
 SAMPLE_RATE = 16000  # TensorBoard plays it in the browser; a small rate keeps event files small
 
 
 def log_sample(writer, model, tok, step: int, n_tokens: int, device) -> None:
-    from cadenza.generation.sampler import generate_ids
-    from cadenza.listen.audio import synthesize
-    from cadenza.listen.pianoroll import piano_roll
-
+    """Sample `n_tokens` without a style (nucleus 0.95, seeded by the step) and log what it plays."""
     g = torch.Generator(device=device).manual_seed(step)
     prompt = torch.tensor([tok.style_prefix(None) + [tok.bos_id]], device=device)  # unconditioned
     try:
-        ids = generate_ids(model, prompt, n_tokens, tok, temperature=1.0, top_p=0.95, generator=g)[0]
+        ids = generate_ids(model, prompt, tok, SamplingConfig(max_tokens=n_tokens, top_p=0.95), generator=g)[0]
         notes = tok.to_notes(ids)
         if len(notes) == 0:
             return
