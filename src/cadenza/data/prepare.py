@@ -17,11 +17,12 @@ from typing import Iterable
 import numpy as np
 
 from cadenza.atomic import output_folder
+from cadenza.data.corpora import materialize
 from cadenza.data.ingest import (DURATION_EDGES, collect_midi_files, default_workers, encode_files,
                                  note_seconds)
 from cadenza.data.midi import MIDI_SUFFIXES
-from cadenza.data.store import StoreWriter, TokenStore
-from cadenza.data.tokenizers import Tokenizer
+from cadenza.data.store import SPLITS, StoreWriter, TokenStore
+from cadenza.data.tokenizers import Tokenizer, check_style_names, get_tokenizer
 from cadenza.settings import SettingError, setting, validate
 
 
@@ -99,9 +100,6 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
     (``corpus:score`` as a store records them) takes only those scores, and `split` puts every piece
     in that split.
     """
-    from cadenza.data.store import SPLITS
-    from cadenza.data.tokenizers import get_tokenizer
-
     if split is not None and split not in SPLITS:
         raise SettingError("split", f"must be one of {', '.join(SPLITS)}, got {split!r}")
     cfg = PrepareConfig(valid_fraction, test_fraction, workers).validate()
@@ -123,8 +121,6 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
 
 
 def _from_corpora(names: list[str], cfg: PrepareConfig, progress: bool, origins: set[str] | None) -> Inputs:
-    from cadenza.data.corpora import materialize
-
     found = Inputs(corpora=names)
     for spec in names:  # "name", or "name:N" for N scores spread over the corpus
         name, _, limit = spec.partition(":")
@@ -147,8 +143,6 @@ def folder_style(name: str) -> str:
 
 
 def _from_paths(paths: list, style: str | None, from_folders: bool) -> Inputs:
-    from cadenza.data.tokenizers.styles import check_style_names
-
     if style is not None and from_folders:
         raise ValueError("give one --style for everything or --styles-from-folders, not both")
     if style is not None:

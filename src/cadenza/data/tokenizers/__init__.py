@@ -10,7 +10,15 @@ import json
 import os
 from typing import Any
 
-from cadenza.data.tokenizers.base import _REGISTRY, DecodeReport, Encoded, Tokenizer, TokenizerError
+from cadenza.data.tokenizers.base import (
+    _REGISTRY,
+    DecodeReport,
+    Encoded,
+    Styled,
+    Tokenizer,
+    TokenizerError,
+    check_style_names,
+)
 from cadenza.data.tokenizers.frames import FrameTokenizer
 from cadenza.data.tokenizers.performance import PerformanceTokenizer
 from cadenza.data.tokenizers.satb import SATBTokenizer
@@ -21,8 +29,10 @@ __all__ = [
     "FrameTokenizer",
     "SATBTokenizer",
     "PerformanceTokenizer",
+    "Styled",
     "Tokenizer",
     "TokenizerError",
+    "check_style_names",
     "get_tokenizer",
     "load_tokenizer",
     "tokenizer_from_dict",
@@ -32,6 +42,7 @@ __all__ = [
 def get_tokenizer(name: str = "performance", **params) -> Tokenizer:
     """Build a tokenizer by name: "performance", or "miditok:REMI" / "miditok:TSD" / ... ."""
     if name.startswith("miditok"):
+        # lazy: needs the optional MidiTok package
         from cadenza.data.tokenizers.miditok_adapter import MidiTokTokenizer
 
         _, _, kind = name.partition(":")
@@ -47,7 +58,8 @@ def tokenizer_from_dict(config: dict[str, Any]) -> Tokenizer:
     """Rebuild a tokenizer from `Tokenizer.to_dict()` output (e.g. a store's manifest)."""
     name = config.get("name")
     if name == "miditok" and name not in _REGISTRY:
-        from cadenza.data.tokenizers import miditok_adapter  # noqa: F401  (registers itself; needs MidiTok)
+        # lazy: needs the optional MidiTok package; importing the adapter registers it
+        from cadenza.data.tokenizers import miditok_adapter  # noqa: F401
     if name not in _REGISTRY:
         raise TokenizerError(f"unknown tokenizer {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     tok = _REGISTRY[name].from_params(config.get("params", {})).with_styles(config.get("styles", ()))
