@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cadenza.atomic import atomic_path
 from cadenza.data.store import TokenStore
 from cadenza.evaluation.features import excerpt, style_features
 
@@ -97,8 +98,6 @@ def confusion_png(counts: np.ndarray, styles: list[str], path, title: str) -> No
     """The confusion matrix as a picture: rows the true style, columns the predicted one."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from cadenza.atomic import atomic_path
 
     share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     fig = Figure(figsize=(1.2 * len(styles) + 2, 1.1 * len(styles) + 1.5), dpi=100, layout="constrained")

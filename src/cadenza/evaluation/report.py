@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cadenza.atomic import write_json
+from cadenza.data.midi import MIDI_SUFFIXES, read_notes
 from cadenza.data.store import SPLITS, TokenStore
+from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.env.record import command_line, cpu_info, git_commit, library_versions
+from cadenza.evaluation.memorisation import RunFinder
+from cadenza.evaluation.metrics import compare_sets
 from cadenza.settings import setting, validate
 
 
@@ -38,6 +44,7 @@ def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLik
             raise ValueError("the NLL needs both a checkpoint and a token store (--checkpoint and --data)")
         result["nll"] = nll_report(checkpoint, data, split, stride, device, progress)
         if styles:
+            # lazy: the style classifier loads torch, which comparing samples does not need
             from cadenza.evaluation.styles import evaluate_styles
 
             result["styles"] = evaluate_styles(checkpoint, data, per_style=per_style, seconds=seconds,
@@ -52,9 +59,6 @@ def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLik
     if not result:
         raise ValueError("nothing to evaluate: give a checkpoint and a token store, or samples and a reference")
     if json_path is not None:
-        from cadenza.atomic import write_json
-        from cadenza.env.record import command_line, cpu_info, git_commit, library_versions
-
         # A result file says how it was made: the command, the code and the machine.
         write_json(json_path, {**result, "command": command_line(), "code_commit": git_commit(), "cpu": cpu_info(),
                                "versions": library_versions(("cadenza", "torch", "numpy", "symusic", "music21"))})
@@ -63,17 +67,17 @@ def evaluate(checkpoint: str | os.PathLike | None = None, data: str | os.PathLik
 
 def nll_report(checkpoint, data, split: str = "test", stride: int | None = None, device: str = "auto",
                progress: bool = False) -> dict[str, Any]:
+    # lazy: these load torch, which comparing samples does not need
     from cadenza.env.device import pick_device
     from cadenza.evaluation.nll import token_nll
     from cadenza.models import checkpoint as ckpt
+    from cadenza.models.zoo import resolve_model
 
     dev = pick_device(device)
-    model, meta = ckpt.load_model(checkpoint, dev)
+    model, meta = ckpt.load_model(resolve_model(checkpoint), dev)
     store = TokenStore(data)
     if not store.tokenizer.same_as(meta["tokenizer"]):
         raise ValueError(f"{data} was tokenized differently from the checkpoint's training data")
-    from cadenza.data.tokenizers import tokenizer_from_dict
-
     r = token_nll(model, store, split, stride=stride, device=dev, progress=progress,
                   tokenizer=tokenizer_from_dict(meta["tokenizer"]))
     out = r.as_dict()
@@ -97,10 +101,6 @@ def reference_notes(store: TokenStore, split: str) -> list:
 
 
 def samples_report(samples, reference, reference_split: str = "train") -> dict[str, Any]:
-    from cadenza.data.midi import MIDI_SUFFIXES, read_notes
-    from cadenza.evaluation.memorisation import RunFinder
-    from cadenza.evaluation.metrics import compare_sets
-
     folder = Path(samples)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder of samples")

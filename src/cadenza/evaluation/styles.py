@@ -18,9 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from cadenza.atomic import write_json
 from cadenza.data.store import TokenStore
+from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.evaluation.classifier import StyleClassifier, confusion, confusion_png, excerpts
 from cadenza.evaluation.features import style_features
+from cadenza.evaluation.memorisation import RunFinder
+from cadenza.evaluation.metrics import compare_sets
+from cadenza.generation.generate import generate
+from cadenza.models import checkpoint as ckpt
+from cadenza.models.zoo import resolve_model
 from cadenza.settings import setting, validate
 
 
@@ -77,8 +84,6 @@ def classifier_report(store: TokenStore, seconds: float, seed: int = 0) -> tuple
 
 
 def _samples(checkpoint, style: str, guidance: float, cfg: StyleEvalConfig, device: str, progress: bool) -> list:
-    from cadenza.generation.generate import generate
-
     g = generate(checkpoint, style=style, guidance=guidance, num_samples=cfg.per_style, seconds=cfg.seconds,
                  stop_at_eos=False, seed=cfg.seed, batch_size=min(cfg.per_style, 10), device=device,
                  progress=progress)
@@ -87,17 +92,11 @@ def _samples(checkpoint, style: str, guidance: float, cfg: StyleEvalConfig, devi
 
 
 def _tokenizer(checkpoint):
-    from cadenza.data.tokenizers import tokenizer_from_dict
-    from cadenza.models import checkpoint as ckpt
-    from cadenza.models.zoo import resolve_model
-
     return tokenizer_from_dict(ckpt.read_meta(ckpt.resolve(resolve_model(checkpoint)))["tokenizer"])
 
 
 def _style_report(store: TokenStore, clf: StyleClassifier, style: str, samples: dict, real: dict,
                   cfg: StyleEvalConfig) -> dict[str, Any]:
-    from cadenza.evaluation.metrics import compare_sets
-
     out: dict[str, Any] = {}
     for g, key in ((cfg.guidance, "guided"), (1.0, "plain")):
         got = clf.predict(np.array([style_features(n) for n in samples[g]]))
@@ -116,16 +115,12 @@ def _style_report(store: TokenStore, clf: StyleClassifier, style: str, samples: 
 
 
 def _memorisation(store: TokenStore, style: str, samples: list) -> dict[str, int]:
-    from cadenza.evaluation.memorisation import RunFinder
-
     finder = RunFinder([store[p.index] for p in store.split("train") if p.style == style])
     runs = [finder.longest_common_run(store.tokenizer.encode(n).ids).length for n in samples]
     return {"median": int(np.median(runs)) if runs else 0, "max": int(max(runs, default=0))}
 
 
 def _write(report: dict, clf: StyleClassifier, out: Path) -> None:
-    from cadenza.atomic import write_json
-
     out.mkdir(parents=True, exist_ok=True)
     rep = report["classifier"]
     confusion_png(np.array(rep["confusion"]), clf.styles, out / "confusion-real.png",

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 from safetensors.torch import load_model as st_load_model
 from safetensors.torch import save_model as st_save_model
 
@@ -175,13 +176,12 @@ def prune(run_dir, keep_last: int) -> None:
 
 
 def resolve(path: str | os.PathLike, prefer: str = "best") -> Path:
-    """A step folder from a run folder (its best, else latest checkpoint), a checkpoints folder, a
-    step folder itself, or a shipped model's name."""
+    """A step folder from a run folder (its best, else latest checkpoint), a checkpoints folder or a
+    step folder itself. A shipped model's name is `cadenza.models.zoo.resolve_model`'s to turn into
+    its folder."""
     p = Path(path)
-    if not p.exists():  # the name of a shipped model, or an error that lists them
-        from cadenza.models.zoo import resolve_model
-
-        p = resolve_model(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such run or checkpoint folder")
     if (p / "checkpoint.json").exists():
         return p
     run = p.parent if p.name == CKPT else p
@@ -259,8 +259,6 @@ def load_grown(model: torch.nn.Module, step_dir: str | os.PathLike) -> list[str]
     """Load a checkpoint into a model whose vocabulary has grown (new style tokens): the rows of
     the embedding and the output head that the checkpoint has are copied, the new rows keep their
     fresh initialisation. Every other tensor must match in name and shape. Returns the grown names."""
-    from safetensors.torch import load_file
-
     step_dir = Path(step_dir)
     reason = verify(step_dir)
     if reason:

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from importlib import resources
 from pathlib import Path
+
+from safetensors.torch import save_model
+
+from cadenza.atomic import atomic_dir, write_json
+from cadenza.data.prepare import prepare
+from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.models import checkpoint as ckpt
 
 DEFAULT = "styles"  # what `cadenza generate` plays without --checkpoint
 
@@ -54,13 +62,6 @@ def export(checkpoint: str | os.PathLike, dest: str | os.PathLike, fp16: bool = 
     `extra_files` are JSON documents written beside them (e.g. the style classifier), `meta` entries
     added to ``checkpoint.json`` (e.g. data statistics a run made by an older cadenza lacks)."""
     extra_meta = meta or {}
-    import shutil
-
-    from safetensors.torch import save_model
-
-    from cadenza.atomic import atomic_dir, write_json
-    from cadenza.models import checkpoint as ckpt
-
     step_dir = ckpt.resolve(checkpoint)
     model, meta = ckpt.load_model(step_dir)
     run_dir = step_dir.parent.parent
@@ -93,9 +94,6 @@ def rebuild_store(name: str, split: str, out: str | os.PathLike, workers: int | 
     """The `split` pieces a shipped model was measured on, rebuilt from music21's corpus into a store
     at `out` (all in that split), converting only those scores: `cadenza evaluate --checkpoint NAME
     --data OUT --split SPLIT` then reproduces the model card's figure."""
-    from cadenza.data.prepare import prepare
-    from cadenza.data.tokenizers import tokenizer_from_dict
-
     folder = resolve_model(name)
     pieces = json.loads((folder / "pieces.json").read_text())
     return prepare(out=out, corpus=pieces["corpus"], origins=pieces[split], split=split,
