@@ -129,6 +129,20 @@ def test_long_relative_sequences_use_checkpointed_blocks_and_match():
         assert torch.allclose(a, b, atol=1e-10)
 
 
+def test_layer_checkpointing_computes_long_attention_twice_not_three_times(monkeypatch):
+    import cadenza.models.attention as attention
+
+    calls, block = [], attention._relative_block
+    monkeypatch.setattr(attention, "_relative_block", lambda *a: calls.append(1) or block(*a))
+    m = build_model(small(context=1100, n_layers=1, d_model=16, n_heads=2, attn_chunk=256))
+    m.grad_checkpoint = True
+    ids = torch.randint(0, 50, (1, 1100))
+    _, loss = m(ids[:, :-1], ids[:, 1:])
+    forward = len(calls)
+    loss.backward()
+    assert forward == 5 and len(calls) == 2 * forward  # 1,099 queries in blocks of 256; once more for backward
+
+
 @pytest.mark.parametrize("kernel", ["sdpa", "blockwise"])
 def test_rope_kernels_agree(kernel):
     torch.manual_seed(0)
@@ -197,3 +211,30 @@ def test_lstm_trains_under_bf16_on_any_cpu(monkeypatch):
         with torch.no_grad():
             ref, _ = m(x)
         assert torch.allclose(logits.float(), ref, atol=0.1)  # the same model, in reduced precision
+
+
+def test_lstm_cell_runs_in_fp32_where_bf16_autocast_would_make_it_fp16(monkeypatch):
+    """cuDNN's RNN autocast hands the cell to fp16 even under bf16, where no grad scaler runs; the
+    model sees the dtype and runs the cell in fp32. Faked here: a cell that returns fp16 under autocast."""
+    import cadenza.models.lstm as lstm_module
+
+    class HalfUnderAutocast(torch.nn.LSTM):
+        def forward(self, x, hx=None):
+            half = torch.is_autocast_enabled("cpu")
+            with torch.autocast("cpu", enabled=False):
+                y, (h, c) = super().forward(x.float(), hx)
+            return (y.half(), (h.half(), c.half())) if half else (y, (h, c))
+
+    monkeypatch.setattr(lstm_module, "cpu_supports_bf16", lambda: True)
+    m = build_model(ModelConfig(model="lstm", vocab_size=50, embed_dim=16, lstm_hidden=32, dropout=0.0))
+    cell = HalfUnderAutocast(16, 32, 2, batch_first=True)
+    cell.load_state_dict(m.lstm.state_dict())
+    m.lstm = cell
+    seen = []
+    m.head.register_forward_pre_hook(lambda mod, args: seen.append(args[0].dtype))
+    x = torch.randint(0, 50, (2, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss = m(x, x)
+    loss.backward()
+    assert seen == [torch.float32] and logits.dtype == torch.bfloat16  # the head still runs under autocast
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters())

@@ -5,7 +5,8 @@
   The "skewing" trick computes these for all pairs from ``Q E^T`` with a pad and a reshape,
   so the extra memory is O(L * D) for E, not the O(L^2 * D) of gathering an embedding per pair.
   For long sequences the queries are processed in blocks under activation checkpointing, so
-  training at context 2048 never holds more than one block's logits.
+  training at context 2048 never holds more than one block's logits; with layer checkpointing
+  (`grad_checkpoint`) the layer is the unit recomputed, and its blocks are not checkpointed again.
 * ``rope``: rotary positions (Su et al. 2021) on ``F.scaled_dot_product_attention``, which uses
   the flash / memory-efficient kernels on GPU and the fused CPU kernel.
 * ``absolute``: learned absolute positions (added to the embeddings by the model); attention
@@ -20,6 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+# Queries per block of the blockwise kernel on a GPU, at least: a block costs a few kernel launches
+# whatever its size, and the 128 sized for CPU caches leaves a GPU idle (benchmarks/gpu_check.py
+# measures the sizes around it).
+GPU_BLOCK = 512
 
 
 def skew(x: torch.Tensor) -> torch.Tensor:
@@ -224,7 +230,14 @@ class CausalSelfAttention(nn.Module):
             return self.kernel == "blockwise"
         return q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled()
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def _block(self, q: torch.Tensor) -> int:
+        """Queries per block: the configured size on CPU (0: one full square), at least GPU_BLOCK elsewhere."""
+        return self.chunk if self.chunk <= 0 or q.device.type == "cpu" else max(self.chunk, GPU_BLOCK)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
+                in_checkpoint: bool = False) -> torch.Tensor:
+        """`in_checkpoint`: the caller recomputes this whole layer in the backward pass (layer
+        checkpointing), so long sequences do not checkpoint their blocks again inside it."""
         b, t, d = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
         start = cache.pos if cache is not None else 0
@@ -247,8 +260,8 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v)  # one new query sees every cached key
         elif self.scheme == "relative" or self._blockwise(q):
             # Past ~1k positions the stored logits dominate activation memory: recompute them.
-            y = blockwise_attention(q, k, v, getattr(self, "rel", None), drop, self.training, self.chunk,
-                                    checkpoint_blocks=torch.is_grad_enabled() and t > 1024)
+            y = blockwise_attention(q, k, v, getattr(self, "rel", None), drop, self.training, self._block(q),
+                                    checkpoint_blocks=torch.is_grad_enabled() and t > 1024 and not in_checkpoint)
         elif start == 0:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, dropout_p=drop)
         else:

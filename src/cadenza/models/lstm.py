@@ -33,6 +33,7 @@ class MusicLSTM(nn.Module):
                             dropout=cfg.dropout if cfg.lstm_layers > 1 else 0.0)
         self.head = nn.Linear(cfg.lstm_hidden, cfg.vocab_size)
         self.grad_checkpoint = False  # cuDNN's fused LSTM has no per-block checkpointing
+        self._autocast_cell_dtype: dict[str, torch.dtype] = {}  # per device type, see _cell_in_fp32
 
     def new_cache(self, batch: int, max_len: int | None = None, device=None, dtype=None) -> LSTMState:
         cfg = self.config
@@ -53,14 +54,31 @@ class MusicLSTM(nn.Module):
         return logits, next_token_loss(logits, targets)
 
     def _lstm(self, x: torch.Tensor, state):
-        """The recurrent cell. On a CPU without native bf16 (no AVX512-BF16 or AMX), oneDNN has no
-        bf16 LSTM at all ("could not create a primitive descriptor"), so under bf16 autocast the
-        cell runs in fp32 there; the embedding and the head still run in bf16."""
-        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not cpu_supports_bf16():
-            with torch.autocast("cpu", enabled=False):
+        """The recurrent cell, in fp32 where reduced precision would fail or lose gradients: on a
+        CPU without native bf16 (oneDNN has no bf16 LSTM there: "could not create a primitive
+        descriptor"), and wherever bf16 autocast hands the cell to fp16 (cuDNN's RNN autocast
+        does), where no grad scaler runs and small gradients would underflow unnoticed. The
+        embedding and the head still run under autocast."""
+        if self._cell_in_fp32(x):
+            with torch.autocast(x.device.type, enabled=False):
                 state = tuple(t.float() for t in state) if state is not None else None
                 return self.lstm(x.float(), state)
         return self.lstm(x, state)
+
+    def _cell_in_fp32(self, x: torch.Tensor) -> bool:
+        dev = x.device.type
+        if not torch.is_autocast_enabled(dev):
+            return False
+        if dev == "cpu" and not cpu_supports_bf16():
+            return True
+        dtype = torch.get_autocast_dtype(dev)
+        if dtype != torch.bfloat16:  # fp16 autocast comes with a grad scaler
+            return False
+        observed = self._autocast_cell_dtype
+        if dev not in observed:  # what autocast makes of the cell here, seen once on a one-token input
+            with torch.no_grad():
+                observed[dev] = self.lstm(x[:1, :1].detach())[0].dtype
+        return observed[dev] == torch.float16
 
     def flops_per_token(self, seq_len: int) -> float:
         return 6 * sum(p.numel() for p in self.parameters() if p is not self.tok_emb.weight)

@@ -34,8 +34,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cache: KVCache | None = None, layer: int = 0):
-        x = x + self.attn(self.ln1(x), cache, layer)
+    def forward(self, x, cache: KVCache | None = None, layer: int = 0, in_checkpoint: bool = False):
+        x = x + self.attn(self.ln1(x), cache, layer, in_checkpoint)
         return x + self.mlp(self.ln2(x))
 
 
@@ -86,7 +86,7 @@ class MusicTransformer(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             if self.grad_checkpoint and self.training and cache is None:
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, None, i, True, use_reentrant=False)
             else:
                 x = block(x, cache, i)
         if cache is not None:
