@@ -103,9 +103,6 @@ def test_truncated_or_mismatched_store_is_a_clear_error(store, tmp_path):
         TokenStore(bad)
     with pytest.raises(StoreError, match="not a token store"):
         TokenStore(tmp_path)
-    other = TokenStore(store.path)
-    with pytest.raises(StoreError, match="made with tokenizer performance"):
-        other.check_tokenizer(PerformanceTokenizer(velocity_bins=8))
 
 
 def test_unigram_baseline_is_finite_and_positive(store):

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from cadenza.data.midi import MIDI_SUFFIXES, MidiReadError
+from cadenza.data.midi import MIDI_SUFFIXES, MidiReadError, load_score
 from cadenza.data.tokenizers import Tokenizer, TokenizerError, tokenizer_from_dict
 
 
@@ -61,8 +61,6 @@ def _encode_file(path: str) -> dict[str, Any]:
     if not data:
         return {"source": path, "sha256": sha, "reason": "empty file (0 bytes)"}
     try:
-        from cadenza.data.midi import load_score
-
         enc = tok.encode(load_score(data, name=path))
     except MidiReadError as e:
         return {"source": path, "sha256": sha, "reason": str(e).split(": ", 1)[-1]}

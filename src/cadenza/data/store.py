@@ -25,6 +25,7 @@ import numpy as np
 
 from cadenza.atomic import atomic_path, write_json
 from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
+from cadenza.env.record import library_versions
 
 FORMAT = "cadenza-token-store"
 FORMAT_VERSION = 1
@@ -123,12 +124,10 @@ class StoreWriter:
                            "tokens": int(sum(p["tokens"] for p in self.pieces if p["split"] == s))}
                        for s in SPLITS},
         }
-        from cadenza import __version__
-
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "cadenza_version": __version__,
+            "cadenza_version": library_versions(("cadenza",))["cadenza"],
             "dtype": DTYPE.str,
             "tokenizer": self.tokenizer.to_dict(),
             "valid_fraction": valid_fraction,
@@ -200,13 +199,6 @@ class TokenStore:
         self.pieces = [Piece(i, p["source"], p["split"], int(self.offsets[i]), int(self.offsets[i + 1]),
                              p.get("style")) for i, p in enumerate(pieces)]
         self._tokens: np.memmap | None = None
-
-    def check_tokenizer(self, tokenizer: Tokenizer) -> None:
-        if not tokenizer.same_as(self.manifest["tokenizer"]):
-            raise StoreError(
-                f"{self.path}: store was made with tokenizer {self.manifest['tokenizer']['name']} "
-                f"{self.manifest['tokenizer']['params']}, not {tokenizer.name} {tokenizer.params()}"
-            )
 
     @property
     def tokens(self) -> np.ndarray:

@@ -74,28 +74,6 @@ def cpu_info() -> dict:
             "isa": [f for f in ISA_FLAGS if f in flags]}
 
 
-def environment_summary() -> dict:
-    """A short, JSON-able description of the machine and software a run used."""
-    info = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "versions": library_versions(),
-        "git_commit": git_commit(),
-        "cpu_count": os.cpu_count(),
-    }
-    try:
-        import torch
-
-        info["torch_cuda"] = torch.version.cuda
-        info["cuda_available"] = torch.cuda.is_available()
-        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-            if torch.cuda.is_available() else []
-        info["torch_threads"] = torch.get_num_threads()
-    except ImportError:  # pragma: no cover
-        pass
-    return info
-
-
 def cache_dir() -> Path:
     """Where cadenza caches converted corpora: $CADENZA_CACHE, else $XDG_CACHE_HOME/cadenza."""
     if os.environ.get("CADENZA_CACHE"):

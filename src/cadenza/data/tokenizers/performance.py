@@ -262,10 +262,6 @@ class PerformanceTokenizer(Tokenizer):
         secs[self.shift_offset:self.velocity_offset] = np.arange(1, self.max_shift_steps + 1) / self.steps_per_second
         return secs
 
-    def is_time_shift(self, ids) -> np.ndarray:
-        ids = np.asarray(ids)
-        return (ids >= self.shift_offset) & (ids < self.velocity_offset)
-
     def encode_primer(self, source, seconds: float | None = None) -> np.ndarray:
         """A primer's ids; with `seconds`, its opening only, notes sounding at that instant ending there."""
         if seconds is None:
@@ -278,6 +274,7 @@ class PerformanceTokenizer(Tokenizer):
 
     def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
                 allow_eos: bool = True, max_note_seconds: float | None = None):
+        # lazy: grammars hold torch masks; tokenizing (data preparation) does not import torch
         from cadenza.data.tokenizers.grammar import PerformanceGrammar, SpecialsOnly
 
         if not constrained:
