@@ -119,3 +119,51 @@ def test_no_sequence_drawn_under_the_masks_is_ill_formed(store):
         assert not ((v[1:] == v[:-1]) & (on[1:] < end[:-1])).any()  # no voice sounds twice at once
         for t in events.onset:
             assert ((notes.onset <= t) & (notes.end > t)).sum() <= cap
+
+
+def _chorale() -> "Notes":
+    """Four voices of quarter notes for 8 s, the soprano holding one note over 1.5-3.5 s."""
+    from cadenza.data.midi import Notes
+
+    rows = []
+    for beat in range(16):
+        t = beat * 0.5
+        for voice, base in enumerate((72, 65, 60, 48)):
+            if voice == 0 and 1.5 < t < 3.5:
+                continue
+            rows.append((t, t + (2.0 if voice == 0 and t == 1.5 else 0.5), base + beat % 3, 80))
+    s, e, p, v = map(np.array, zip(*rows))
+    return Notes.from_arrays(s, e, p, v, np.zeros(len(rows), np.int64))
+
+
+def test_an_infill_request_keeps_the_notes_outside_its_span():
+    from cadenza.data.anticipation import infill_request
+
+    notes = _chorale()
+    r = infill_request(tok, notes, 2.0, 4.0)
+    assert r.anticipate and (r.plan.events_from, r.plan.events_until, r.stop) == (200, 400, 400)
+    kept = (notes.start < 2.0) | (notes.start >= 4.0)
+    assert np.array_equal(np.sort(r.given.start), np.sort(notes.start[kept]))
+    assert r.plan.controls.onset.min() == 400 and len(r.plan.controls) == int(np.sum(notes.start >= 4.0))
+    events, controls, report = tok.decode_grid(np.concatenate([[tok.anticipate_id], r.prompt]))
+    assert events.onset.max() == r.clock < 200 and report.repairs == 0
+    assert len(controls) == r.plan.placed  # the controls written before the prompt ends
+    held = notes.take(notes.end - notes.start == 2.0)
+    assert held.start[0] in r.given.start  # a note sounding across the span's start stays whole
+    for bad, match in (((3.0, 2.0), "start < end"), ((9.0, 10.0), "after the piece ends")):
+        with pytest.raises(ValueError, match=match):
+            infill_request(tok, notes, *bad)
+
+
+def test_an_accompaniment_request_gives_the_top_line():
+    from cadenza.data.anticipation import accompany_request
+    from cadenza.data.midi import Notes
+
+    notes = _chorale()
+    r = accompany_request(tok, notes)
+    tops = [notes.pitch[notes.start == t].max() for t in np.unique(notes.start)]
+    held = (np.unique(notes.start) > 1.5) & (np.unique(notes.start) < 3.5)  # under the held soprano
+    assert np.array_equal(r.given.by_time().pitch, np.array(tops)[~held])
+    assert r.stop == int(r.plan.controls.end.max()) and r.plan.events_from == 0
+    with pytest.raises(ValueError, match="no melody"):
+        accompany_request(tok, Notes.from_arrays([0.0], [1.0], [36], [90], [DRUMS]))

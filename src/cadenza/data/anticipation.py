@@ -7,6 +7,8 @@ One model learns three tasks from one vocabulary (`cadenza.data.tokenizers.notes
   controls, so the model learns to write music that leads into what it knows comes next;
 * **accompany**: the melody (`melody`) is given as controls and the model writes the other voices.
 
+The same notes make what a generation asks for (`infill_request`, `accompany_request`).
+
 `TaskMix` says how often each is drawn; the training run records it. A window starts at a random
 onset of its piece (the piece's start, with BOS, one time in ten), its time re-based to 0; one
 window in four is then cropped at a random token, so the model also reads windows that start
@@ -21,7 +23,8 @@ import numpy as np
 import torch
 
 from cadenza.data.dataset import WindowDataset
-from cadenza.data.midi import DRUMS
+from cadenza.data.midi import DRUMS, Notes
+from cadenza.data.tokenizers.note_grammar import Plan
 from cadenza.data.tokenizers.notes import DURATIONS, GridNotes
 
 TASKS = ("autoregress", "infill", "accompany")
@@ -156,3 +159,59 @@ class AnticipationWindows(WindowDataset):
             shift = int(rng.integers(lo, hi + 1)) if hi >= lo else 0
             g = GridNotes(g.onset, g.duration, g.program, np.where(pitched, g.pitch + shift, g.pitch), g.velocity)
         return g
+
+
+@dataclass
+class Request:
+    """What an infill or an accompaniment asks of the sampler: the prompt's ids (after the window
+    prefix: BOS, then the given music so far), the plan that places the given notes, the clock at
+    the prompt's end and where the new notes must stop (in steps), and the input notes that come
+    out exactly as they went in."""
+
+    prompt: np.ndarray
+    plan: Plan
+    clock: int
+    stop: int
+    given: Notes
+    anticipate: bool
+
+
+def infill_request(tok, notes: Notes, start: float, end: float) -> Request:
+    """Rewrite the notes starting in [start, end) seconds: those before are the prompt, those from
+    `end` on are given as controls; notes sounding across either edge are kept whole."""
+    sps = tok.steps_per_second
+    length = float(notes.end.max()) if len(notes) else 0.0
+    if not 0 <= start < end:
+        raise ValueError(f"infill span {start:g}:{end:g} must have 0 <= start < end (seconds)")
+    if start >= length:
+        raise ValueError(f"infill span {start:g}:{end:g} starts after the piece ends ({length:.1f} s)")
+    a, b = round(start * sps), round(end * sps)
+    g, _ = tok.quantize(notes)
+    onset = np.floor(notes.start * sps + 0.5)
+    given = notes.take((onset < a) | (onset >= b))
+    return _request(tok, g.take(g.onset < a), g.take(g.onset >= b), given, a, b)
+
+
+def accompany_request(tok, notes: Notes) -> Request:
+    """Write voices under the melody of `notes` (`melody`), which is given as controls; the
+    other notes of the input are left out."""
+    g, _ = tok.quantize(notes)
+    tune = melody(g)
+    if not tune.any():
+        raise ValueError("no melody to accompany: the file has no pitched notes")
+    keys = (g.onset << 16) | (g.program << 7) | g.pitch
+    onset = np.floor(notes.start * tok.steps_per_second + 0.5).astype(np.int64)
+    mine = np.isin((onset << 16) | (notes.programs << 7) | notes.pitch, keys[tune])
+    controls = g.take(tune)
+    return _request(tok, GridNotes.empty(), controls, notes.take(mine), 0, int(controls.end.max()))
+
+
+def _request(tok, prefix: GridNotes, controls: GridNotes, given: Notes, events_from: int, stop: int) -> Request:
+    controls.velocity = np.zeros_like(controls.velocity)
+    anticipate = len(controls) > 0
+    start = -tok.lead if anticipate else 0
+    clock = int(prefix.onset[-1]) if len(prefix) else start
+    placed = int(np.count_nonzero(controls.onset - tok.lead <= clock))  # written before the prompt ends
+    body = tok.encode_grid(prefix, controls.take(slice(0, placed)), clock=start)
+    plan = Plan(controls=controls, placed=placed, events_from=events_from, events_until=stop)
+    return Request(np.concatenate([[tok.bos_id], body]).astype(np.int64), plan, clock, stop, given, anticipate)
