@@ -48,6 +48,7 @@ def hf_model():
 
 
 def contestants(new_tokens: int, attention: list[str]):
+    from cadenza.generation.config import SamplingConfig
     from cadenza.generation.sampler import generate_ids
     from cadenza.data.tokenizers import PerformanceTokenizer
 
@@ -67,18 +68,19 @@ def contestants(new_tokens: int, attention: list[str]):
         def run(b, m=m, constrained=True, cache=True):
             g = torch.Generator().manual_seed(0)
             prompt = torch.full((b, 1), tok.bos_id)
-            generate_ids(m, prompt, new_tokens, tok, generator=g, constrained=constrained, use_cache=cache,
-                         stop_at_eos=False)
+            cfg = SamplingConfig(max_tokens=new_tokens, constrained=constrained, use_cache=cache, stop_at_eos=False)
+            generate_ids(m, prompt, tok, cfg, generator=g)
 
-        def run_fast(b, m=m, fused=True):
+        def run_fast(b, m=m, attention_kernel=True):
             from cadenza.generation import compiled
 
             g = torch.Generator().manual_seed(0)
-            generate_ids(m, torch.full((b, 1), tok.bos_id), new_tokens, tok, generator=g, stop_at_eos=False,
-                         fast=compiled.decoder(m, b, quiet=True, fused_attention=fused))
+            cfg = SamplingConfig(max_tokens=new_tokens, stop_at_eos=False)
+            generate_ids(m, torch.full((b, 1), tok.bos_id), tok, cfg, generator=g,
+                         fast=compiled.decoder(m, b, quiet=True, attention_kernel=attention_kernel))
 
         out[f"cadenza {att}, compiled step"] = run_fast
-        out[f"cadenza {att}, compiled step, {ABLATION}"] = lambda b, run=run_fast: run(b, fused=False)
+        out[f"cadenza {att}, compiled step, {ABLATION}"] = lambda b, run=run_fast: run(b, attention_kernel=False)
         out[f"cadenza {att}"] = run
         out[f"cadenza {att}, no grammar"] = lambda b, run=run: run(b, constrained=False)
     m = cadenza_model(attention[0])
@@ -116,7 +118,8 @@ def step_profile(attentions: list[str], batches: list[int], lengths=(64, 448), r
     it reads); beside each, the time to read that filled cache once with a plain reduction (the
     ceiling for the growth: what the step's attention loops cost beyond it is their code, not the
     memory) and the machine's memory bandwidth (a 64 MB copy)."""
-    from cadenza.generation import compiled, static
+    from cadenza.generation import compiled
+    from cadenza.generation.step import idle_draw
 
     out: dict = {}
     read: dict = {}
@@ -124,14 +127,14 @@ def step_profile(attentions: list[str], batches: list[int], lengths=(64, 448), r
         m = cadenza_model(attention)
         for b in batches:
             fn = compiled.load(m, b, quiet=True)
-            plain = compiled.load(m, b, quiet=True, fused_attention=False)
+            plain = compiled.load(m, b, quiet=True, attention_kernel=False)
             if fn is None or plain is None:
                 raise SystemExit(f"no compiled step for {attention} batch {b}")
             cache = m.new_cache(b)
             cache.k.normal_()  # pages the whole buffer in, as a generation's writes do
             cache.v.normal_()
             ids = torch.full((b, 1), 5)
-            draw = static.idle_draw(b, m.config.vocab_size)  # the step draws too, as in generation
+            draw = idle_draw(b, m.config.vocab_size)  # the step draws too, as in generation
             for n in lengths:
                 k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
                 key = f"{attention} batch {b}, {n} cached"
@@ -158,9 +161,10 @@ def compile_costs(batches: list[int], attention: list[str]) -> dict:
 
     from cadenza.data.tokenizers import PerformanceTokenizer
     from cadenza.generation import compiled
+    from cadenza.generation.config import SamplingConfig
     from cadenza.generation.sampler import generate_ids
 
-    tok = PerformanceTokenizer()
+    tok, one_token = PerformanceTokenizer(), SamplingConfig(max_tokens=1, stop_at_eos=False)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["CADENZA_CACHE"] = tmp
@@ -168,8 +172,7 @@ def compile_costs(batches: list[int], attention: list[str]) -> dict:
             m = cadenza_model(att)
             for b in batches:
                 t = time.perf_counter()
-                generate_ids(m, torch.full((b, 1), tok.bos_id), 1, tok, stop_at_eos=False,
-                             fast=compiled.decoder(m, b, quiet=True))
+                generate_ids(m, torch.full((b, 1), tok.bos_id), tok, one_token, fast=compiled.decoder(m, b, quiet=True))
                 cold = time.perf_counter() - t
                 # warm: a fresh process, as a second `cadenza generate` would be (imports included)
                 warm = subprocess.run([sys.executable, __file__, "--first-token", att, str(b)], check=True,
@@ -184,6 +187,7 @@ def first_token(attention: str, b: int) -> float:
     process: the `--first-token` mode that `compile_costs` runs in a fresh interpreter."""
     from cadenza.data.tokenizers import PerformanceTokenizer
     from cadenza.generation import compiled
+    from cadenza.generation.config import SamplingConfig
     from cadenza.generation.sampler import generate_ids
 
     tok = PerformanceTokenizer()
@@ -192,16 +196,17 @@ def first_token(attention: str, b: int) -> float:
     fast = compiled.decoder(m, b, quiet=True, build_missing=False)
     if fast is None:
         raise SystemExit("the compiled step is not in the cache")
-    generate_ids(m, torch.full((b, 1), tok.bos_id), 1, tok, stop_at_eos=False, fast=fast)
+    generate_ids(m, torch.full((b, 1), tok.bos_id), tok, SamplingConfig(max_tokens=1, stop_at_eos=False), fast=fast)
     return time.perf_counter() - t
 
 
 def contestants_full(m, tok, b, n):
+    from cadenza.generation.config import SamplingConfig
     from cadenza.generation.sampler import generate_ids
 
     g = torch.Generator().manual_seed(0)
-    generate_ids(m, torch.full((b, 1), tok.bos_id), n, tok, generator=g, constrained=False, use_cache=False,
-                 stop_at_eos=False)
+    cfg = SamplingConfig(max_tokens=n, constrained=False, use_cache=False, stop_at_eos=False)
+    generate_ids(m, torch.full((b, 1), tok.bos_id), tok, cfg, generator=g)
 
 
 def race(runs: dict, batches: list[int], repeats: int, new_tokens: int):
@@ -244,8 +249,8 @@ def main(argv=None) -> int:
     from cadenza.env.record import cpu_info
     from cadenza.generation import compiled
 
-    if compiled.available():
-        raise SystemExit(f"the compiled decode step is unavailable here: {compiled.available()}")
+    if reason := compiled.unavailable_reason():
+        raise SystemExit(f"the compiled decode step is unavailable here: {reason}")
     cpu = cpu_info()
     print(f"CPU: {cpu['model']}, {cpu['cores']} cores; flags {' '.join(cpu['isa'])}")
     costs = compile_costs(a.batches, a.attention)

@@ -4,7 +4,7 @@
     python benchmarks/bench_onnx_step.py --out benchmarks/results/onnx/onnx-step.json
 
 Issue 16 asked to measure ONNX Runtime as the alternative backend for the static decode step. Both
-run `cadenza.generation.static.DecodeStep` (the bench_generate model size, untrained weights), the
+run `cadenza.generation.step.DecodeStep` (the bench_generate model size, untrained weights), the
 cache length dynamic: AOTInductor through cadenza's package (`cadenza.generation.compiled`), ONNX
 Runtime on an export by `torch.onnx.export(dynamo=True)` with every graph optimization, 2 intra-op
 threads, with and without its spin-waiting threads. Milliseconds per step (median of 5 x 40 calls,
@@ -51,11 +51,12 @@ def session(path: Path, spinning: bool):
 
 @torch.inference_mode()
 def measure(attention: str, batch: int, lengths: list[int], folder: Path) -> dict:
-    from cadenza.generation import compiled, static
+    from cadenza.generation import compiled
+    from cadenza.generation.step import DecodeStep, idle_draw
 
     with torch.inference_mode(False):
         m = cadenza_model(attention)
-    step = static.DecodeStep(m, fused=False)  # ONNX has no cadenza::decode_attention: Inductor's arithmetic
+    step = DecodeStep(m, attention_kernel=False)  # ONNX has no cadenza::decode_attention: Inductor's arithmetic
     cache = m.new_cache(batch)
     ids = torch.full((batch, 1), 5)
     path = folder / f"step-{attention}-{batch}.onnx"
@@ -64,14 +65,14 @@ def measure(attention: str, batch: int, lengths: list[int], folder: Path) -> dic
         seconds = export(step, args, m.config.context, path)
     fn = compiled.load(m, batch, quiet=True)
     if fn is None:
-        raise SystemExit(f"no compiled step here: {compiled.available()}")
+        raise SystemExit(f"no compiled step here: {compiled.unavailable_reason()}")
     sessions = {"onnxruntime": session(path, spinning=False), "onnxruntime, spinning": session(path, spinning=True)}
     names = [i.name for i in sessions["onnxruntime"].get_inputs()]
     torch.manual_seed(0)
     cache.k.normal_()
     cache.v.normal_()
     rows = []
-    draw = static.idle_draw(batch, m.config.vocab_size)
+    draw = idle_draw(batch, m.config.vocab_size)
     for n in lengths:
         k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
         feed = dict(zip(names, (ids.numpy(), k.contiguous().numpy(), v.contiguous().numpy())))

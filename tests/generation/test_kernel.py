@@ -1,4 +1,4 @@
-"""The native decode-attention kernel against the arithmetic it replaces (`static.cache_attention`).
+"""The attention kernel against the arithmetic it replaces (`step.cache_attention`).
 
 It reads the cache through its strides, so it is checked on views of a full-context cache (as the
 decode step passes them), for head sizes on its vector paths and off them, with and without
@@ -7,18 +7,21 @@ relative attention's distance embeddings, from one cached position to many.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from cadenza.generation import kernel
-from cadenza.generation.static import DecodeStep, cache_attention
+from cadenza.generation.step import DecodeStep, cache_attention
 
 
 @pytest.fixture(scope="module")
 def op(compile_here):
-    if kernel.unavailable():
-        pytest.skip(f"attention kernel unavailable: {kernel.unavailable()}")
-    assert kernel.ready(), kernel.unavailable()
+    if reason := kernel.unavailable_reason():
+        pytest.skip(f"attention kernel unavailable: {reason}")
+    assert kernel.ready(), kernel.unavailable_reason()
     return torch.ops.cadenza.decode_attention
 
 
@@ -62,7 +65,8 @@ def test_a_step_through_the_kernel_gives_the_step_through_inductor_arithmetic(op
     with torch.inference_mode():
         for n in (1, 30, 63):
             k, v = cache.k[:, :, :, :n], cache.v[:, :, :, :n]
-            for a, b in zip(DecodeStep(m, fused=True)(ids, k, v), DecodeStep(m, fused=False)(ids, k, v)):
+            for a, b in zip(DecodeStep(m, attention_kernel=True)(ids, k, v),
+                            DecodeStep(m, attention_kernel=False)(ids, k, v)):
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
@@ -85,7 +89,7 @@ def test_a_failed_build_is_reported_once_and_the_step_keeps_inductors_loops(fres
     monkeypatch.setenv("CXX", str(cxx))
     with pytest.warns(RuntimeWarning, match="could not build the attention kernel: error: out of memory"):
         assert not kernel.ready()
-    assert "could not build" in kernel.unavailable()
+    assert "could not build" in kernel.unavailable_reason()
     assert not kernel.ready()  # not retried
     assert not list(fresh.rglob("*.so")) and not list(fresh.rglob(".*tmp"))  # nothing half-written left
 
@@ -111,3 +115,21 @@ def test_a_damaged_library_in_the_cache_is_reported_and_removed(fresh, monkeypat
 def test_without_build_a_missing_kernel_is_not_built(fresh):
     assert not kernel.ready(build=False)
     assert not (fresh / "kernels").exists()
+
+
+def test_importing_the_compiled_decode_step_registers_nothing_until_first_use():
+    """Importing a module has no side effect: no operator defined, no environment changed (in a
+    fresh process); the operator is defined once a step that attends through it is made."""
+    code = ("import os, torch\n"
+            "before = dict(os.environ)\n"
+            "import cadenza, cadenza.cli.doctor, cadenza.env.doctor\n"
+            "from cadenza.generation import compiled, kernel, step, toolchain\n"
+            "assert dict(os.environ) == before, 'an import changed the environment'\n"
+            "assert not hasattr(torch.ops.cadenza, 'decode_attention'), 'defined at import'\n"
+            "from cadenza.models import build_model\n"
+            "from cadenza.models.config import ModelConfig\n"
+            "m = build_model(ModelConfig(vocab_size=391, d_model=16, n_layers=1, n_heads=2, d_ff=32, context=16))\n"
+            "step.DecodeStep(m.eval(), attention_kernel=True)\n"
+            "assert hasattr(torch.ops.cadenza, 'decode_attention'), 'not defined on first use'\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

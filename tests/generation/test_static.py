@@ -1,7 +1,7 @@
 """The compiled decode step against the eager model: same logits, same greedy tokens, same MIDI.
 
-The step function (`DecodeStep`) is checked eagerly for every attention scheme; the AOTInductor
-build is checked for relative and rope attention at batch 1 and 8, over 512 steps that start from a
+The decode step (`DecodeStep`) is checked eagerly for every attention scheme; the compiled decode
+step is checked for relative and rope attention at batch 1 and 8, over 512 steps that start from a
 primer and slide the window several times (context 128).
 """
 
@@ -17,9 +17,10 @@ import torch
 
 from cadenza.data.tokenizers import PerformanceTokenizer
 from cadenza.generation import compiled, kernel
+from cadenza.generation.config import SamplingConfig
 from cadenza.generation.filters import filter_logits, inverse_cdf
 from cadenza.generation.sampler import _Window, generate_ids, sample_seeds
-from cadenza.generation.static import StaticDecoder
+from cadenza.generation.step import StepDecoder
 from cadenza.models import build_model
 from cadenza.models.config import ModelConfig
 
@@ -33,10 +34,10 @@ def model(attention: str, context: int = 128, seed: int = 0):
     return build_model(cfg).eval()
 
 
-def window_logits(m, seq: torch.Tensor, primer: int, fast=None) -> list[torch.Tensor]:
+def window_logits(m, seq: torch.Tensor, primer: int, decoder=None) -> list[torch.Tensor]:
     """The sampler's logits for every position after `primer`, fed token by token, sliding the
-    window as generation does (with `fast`: through the static step)."""
-    w = _Window(m, seq.shape[0], True, slide=m.config.context // 4, fast=fast)
+    window as generation does (with `decoder`, a `StepDecoder`: through its decode step)."""
+    w = _Window(m, seq.shape[0], True, slide=m.config.context // 4, fast=decoder)
     out = [w.next_logits(seq[:, :primer], primer)]
     for n in range(primer + 1, seq.shape[1] + 1):
         out.append(w.next_logits(seq[:, :n], 1))
@@ -49,13 +50,13 @@ def test_step_function_matches_the_eager_model(attention):
     seq = torch.randint(0, 388, (3, 300))
     with torch.inference_mode():
         ref = window_logits(m, seq, 20)
-        got = window_logits(m, seq, 20, StaticDecoder(m, 3))
+        got = window_logits(m, seq, 20, StepDecoder(m, 3))
     assert max((a - b).abs().max().item() for a, b in zip(ref, got)) < 1e-4
 
 
 def test_a_drawing_step_refuses_draw_inputs_it_would_misread():
     m = model("rope")
-    dec = StaticDecoder(m, 2, draws=True)
+    dec = StepDecoder(m, 2, draws=True)
     ids = torch.tensor([[5], [7]])
     allowed = torch.zeros(2, TOK.vocab_size, dtype=torch.bool)
     allowed[:, 40:60] = True
@@ -71,7 +72,7 @@ def test_a_drawing_step_refuses_draw_inputs_it_would_misread():
 
 @pytest.fixture(scope="module")
 def built(compile_here):
-    """Models whose compiled steps the tests build into a private cache, once for the module."""
+    """Models whose compiled decode steps the tests build into a private cache, once for the module."""
     return {att: model(att) for att in ("relative", "rope")}
 
 
@@ -94,11 +95,12 @@ def test_compiled_logits_match_eager_over_512_steps_and_window_slides(built, att
 def test_compiled_greedy_tokens_equal_eager_and_sampling_repeats(built):
     m = built["relative"]
     prompt = torch.full((1, 1), TOK.bos_id)
-    greedy = [generate_ids(m, prompt, 300, TOK, top_k=1, stop_at_eos=False, fast=fast)
-              for fast in (None, compiled.decoder(m, 1, quiet=True))]
+    greedy = [generate_ids(m, prompt, TOK, SamplingConfig(max_tokens=300, top_k=1, stop_at_eos=False), fast=decoder)
+              for decoder in (None, compiled.decoder(m, 1, quiet=True))]
     assert greedy[0] == greedy[1]
     seeds = sample_seeds(3, 0, 1)
-    runs = [generate_ids(m, prompt, 300, TOK, seeds=seeds, fast=compiled.decoder(m, 1, quiet=True))
+    runs = [generate_ids(m, prompt, TOK, SamplingConfig(max_tokens=300), seeds=seeds,
+                         fast=compiled.decoder(m, 1, quiet=True))
             for _ in range(2)]
     assert runs[0] == runs[1]
 
@@ -107,7 +109,7 @@ def test_compiled_greedy_tokens_equal_eager_and_sampling_repeats(built):
 @pytest.mark.parametrize("attention", ["relative", "rope"])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_the_step_draws_the_tokens_the_sampler_would_draw_from_its_logits(built, attention, batch):
-    """Plain sampling draws inside the compiled step: at every step of a 512-token generation (the
+    """Plain sampling draws inside the compiled decode step: at every step of a 512-token generation (the
     grammar on, temperature 0.8, a window slide), its tokens are those the eager filters and
     inverse-CDF draw pick from the logits it returns."""
     m = built[attention]
@@ -121,8 +123,8 @@ def test_the_step_draws_the_tokens_the_sampler_would_draw_from_its_logits(built,
         return logits, drawn
 
     dec.step_draw = recording
-    generate_ids(m, torch.full((batch, 1), TOK.bos_id), 512, TOK, temperature=0.8, stop_at_eos=False,
-                 seeds=sample_seeds(5, 0, batch), fast=dec)
+    cfg = SamplingConfig(max_tokens=512, temperature=0.8, stop_at_eos=False)
+    generate_ids(m, torch.full((batch, 1), TOK.bos_id), TOK, cfg, seeds=sample_seeds(5, 0, batch), fast=dec)
     drawn_in_step = [(logits, drawn, allowed, u) for logits, drawn, allowed, u in seen if drawn is not None]
     assert len(drawn_in_step) > 400  # all but the prompt's step and the steps right after slides
     for logits, drawn, allowed, u in drawn_in_step:
@@ -135,10 +137,10 @@ def test_a_step_whose_kernel_call_does_not_build_falls_back_to_inductors_attenti
     m = built["rope"]
     real = compiled.build
 
-    def build(model, batch, path, fused=False):
-        if fused:
+    def build(model, batch, path, attention_kernel=False):
+        if attention_kernel:
             raise RuntimeError("this PyTorch cannot call custom operators from a package")
-        real(model, batch, path, fused)
+        real(model, batch, path, attention_kernel)
 
     monkeypatch.setattr(compiled, "build", build)
     with pytest.warns(RuntimeWarning, match="could not compile the decode step"):
@@ -161,7 +163,7 @@ def test_packages_are_cached_on_disk_and_keyed_by_weights_and_batch(built):
 @pytest.mark.slow
 def test_loading_a_cached_package_does_not_import_inductor(built):
     """Inductor takes seconds to import: a process that finds its package in the cache must not pay
-    for it (the first token of a second `cadenza generate` came 2 s late when a package key did)."""
+    for it (a second `cadenza generate` would wait seconds for its first token)."""
     assert compiled.decoder(built["rope"], 1, quiet=True) is not None
     lib = kernel.library_path()  # the kernel may have been loaded by another module's tests, from its cache
     if kernel.ready() and not lib.exists():
@@ -178,20 +180,20 @@ def test_loading_a_cached_package_does_not_import_inductor(built):
 
 def test_unsupported_models_and_the_opt_out_decode_eagerly(monkeypatch):
     monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
-    assert "CADENZA_NO_COMPILE" in compiled.available()
+    assert "CADENZA_NO_COMPILE" in compiled.unavailable_reason()
     assert compiled.decoder(model("rope"), 1) is None
     lstm = build_model(ModelConfig(model="lstm", vocab_size=TOK.vocab_size, d_model=32, n_layers=1,
                                    context=64)).eval()
     monkeypatch.delenv("CADENZA_NO_COMPILE")
     assert compiled.decoder(lstm, 1) is None
     with pytest.raises(ValueError, match="lstm"):
-        StaticDecoder(lstm, 1)
+        StepDecoder(lstm, 1)
 
 
 def test_a_decoder_for_another_batch_size_is_refused():
     m = model("rope")
     with pytest.raises(ValueError, match="rows"):
-        generate_ids(m, torch.full((2, 1), TOK.bos_id), 5, TOK, fast=StaticDecoder(m, 1))
+        generate_ids(m, torch.full((2, 1), TOK.bos_id), TOK, SamplingConfig(max_tokens=5), fast=StepDecoder(m, 1))
 
 
 def test_weights_made_under_inference_mode_still_get_a_package_key():

@@ -254,9 +254,9 @@ def _compiled_decode() -> dict:
     from cadenza.generation import compiled, kernel
 
     folder = compiled.cache_dir()
-    return {"unavailable": compiled.available(), "cache": str(folder),
+    return {"unavailable": compiled.unavailable_reason(), "cache": str(folder),
             "packages": len(list(folder.glob("step-*.pt2"))) if folder.is_dir() else 0,
-            "attention_kernel": kernel.unavailable() or ("built" if kernel.library_path().exists() else
+            "attention_kernel": kernel.unavailable_reason() or ("built" if kernel.library_path().exists() else
                                                          "not built yet (built with the first compiled step)")}
 
 

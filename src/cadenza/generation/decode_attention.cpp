@@ -1,5 +1,5 @@
 // cadenza::decode_attention: one new token's attention over a KV cache, for the compiled decode
-// step (cadenza/generation/static.py; built and loaded by cadenza/generation/kernel.py).
+// step (cadenza/generation/step.py; built and loaded by cadenza/generation/kernel.py).
 //
 // For each (row, head), in parallel: score every cached key with vector FMAs (with relative attention
 // the distance embedding of slot j, E[n - j], is added to the key in the same loop), take the softmax

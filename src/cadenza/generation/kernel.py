@@ -1,17 +1,16 @@
-"""A native kernel for the decode step's attention: `cadenza::decode_attention`.
+"""The attention kernel of the compiled decode step: the native operator `cadenza::decode_attention`.
 
 Decoding one token attends over the whole KV cache, and past a few dozen cached positions that is
-most of a batched step. Inductor writes this attention as generic loops (a horizontal sum for every
-cached key, several passes over each value row, a division per value) that read the cache at about
-a third of the speed the machine can (the step profile of ``benchmarks/bench_generate.py`` puts each
-step beside a plain read of its cache). ``decode_attention.cpp`` reads it once at that speed.
+most of a batched step. Inductor's generic loops for this attention read the cache far below the
+machine's memory speed; ``decode_attention.cpp`` reads it once, with vector instructions
+(docs/generation.md, "How the compiled decode step got here").
 
-The op is defined here, with a shape-only fake so `torch.export` can trace a step that calls it; its
-CPU code is compiled once per machine and PyTorch version with the C++ compiler the compiled step
-uses, for the vector instructions Inductor would pick, into ``$CADENZA_CACHE/kernels`` (atomically),
-and loaded into the process. AOTInductor packages then call it through PyTorch's dispatcher, so a
-package built with it needs it loaded first (`cadenza.generation.compiled` sees to that). Where it
-cannot be built, the step keeps Inductor's loops, which compute the same thing.
+Nothing happens at import. The operator is defined on first use (`define`: its schema and a
+shape-only fake, so `torch.export` can trace a step that calls it). Its CPU code is compiled once
+per machine and PyTorch version, with the compiler and vector instructions Inductor uses, into
+``$CADENZA_CACHE/kernels`` (atomically), and loaded by `ready`. A package built with the kernel
+calls it through PyTorch's dispatcher, so it must be loaded first (`compiled.load` sees to that).
+Where it cannot be built, the step keeps Inductor's loops, which compute the same thing.
 """
 
 from __future__ import annotations
@@ -28,33 +27,43 @@ from pathlib import Path
 import torch
 
 from cadenza.atomic import atomic_path
+from cadenza.generation import toolchain
 
 SOURCE = Path(__file__).with_name("decode_attention.cpp")
+OP = "cadenza::decode_attention"
 SCHEMA = "decode_attention(Tensor q, Tensor kc, Tensor vc, Tensor? rel, Tensor k_self, Tensor v_self) -> Tensor"
 
-_DEF = torch.library.Library("cadenza", "DEF")  # kept alive: the op lives as long as this object
-_DEF.define(SCHEMA)
+_DEFINED: list[torch.library.Library] = []  # kept alive: the op lives as long as its Library
+_DEFINE_LOCK = threading.Lock()
+_LOCK = threading.Lock()
+_STATE: dict[str, str | None] = {}  # "loaded": the library's path once loaded; "failed": why not
+
+
+def define() -> None:
+    """Define the operator in this process (once): before a step that calls it is traced, and
+    before its CPU code is registered against it."""
+    with _DEFINE_LOCK:
+        if _DEFINED:
+            return
+        lib = torch.library.Library("cadenza", "DEF")
+        lib.define(SCHEMA)
+        # register_fake is torch >= 2.4's name for 2.3's impl_abstract
+        (getattr(torch.library, "register_fake", None) or torch.library.impl_abstract)(OP)(_shape)
+        _DEFINED.append(lib)
 
 
 def _shape(q, kc, vc, rel, k_self, v_self):
     return q.new_empty(q.shape)
 
 
-# register_fake is torch >= 2.4's name for 2.3's impl_abstract
-(getattr(torch.library, "register_fake", None) or torch.library.impl_abstract)("cadenza::decode_attention")(_shape)
-
-
-_LOCK = threading.Lock()
-_STATE: dict[str, str | None] = {}  # "loaded": the library's path once loaded; "failed": why not
-
-
 def ready(build: bool = True, quiet: bool = True) -> bool:
-    """True when the op's CPU code is loaded in this process: loaded from the disk cache, or built
-    first when `build` (about 10 s, once per machine). Without `build` it never waits: a server's
-    job asking while its warm-up thread builds gets False at once. A failed build is not retried."""
+    """True when the operator's CPU code is loaded in this process: loaded from the disk cache, or
+    built first when `build` (about 10 s, once per machine). Without `build` it never waits: a
+    server's job asking while its warm-up thread builds gets False at once. A failed build is not
+    retried."""
     if _STATE.get("loaded"):
         return True
-    if unavailable() or not _LOCK.acquire(blocking=build):
+    if unavailable_reason() or not _LOCK.acquire(blocking=build):
         return False
     try:
         if _STATE.get("loaded") or _STATE.get("failed"):
@@ -70,16 +79,21 @@ def ready(build: bool = True, quiet: bool = True) -> bool:
                 _compile(path)
             except Exception as e:  # the compiler's error, or Inductor finding no working compiler
                 return _fail(f"could not build the attention kernel: {_tail(e)}")
-        try:
-            if not torch._C._dispatch_has_kernel_for_dispatch_key("cadenza::decode_attention", "CPU"):
-                torch.ops.load_library(str(path))  # registers the CPU code (once: a second would clash)
-        except (OSError, RuntimeError) as e:  # a damaged file, or a torch it was not built against
-            path.unlink(missing_ok=True)  # the next process builds it again
-            return _fail(f"could not load the attention kernel ({path.name}): {str(e)[:200]}")
-        _STATE["loaded"] = str(path)
-        return True
+        return _load(path)
     finally:
         _LOCK.release()
+
+
+def _load(path: Path) -> bool:
+    define()
+    try:
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(OP, "CPU"):
+            torch.ops.load_library(str(path))  # registers the CPU code (once: a second would clash)
+    except (OSError, RuntimeError) as e:  # a damaged file, or a torch it was not built against
+        path.unlink(missing_ok=True)  # the next process builds it again
+        return _fail(f"could not load the attention kernel ({path.name}): {str(e)[:200]}")
+    _STATE["loaded"] = str(path)
+    return True
 
 
 def _fail(reason: str) -> bool:
@@ -89,33 +103,27 @@ def _fail(reason: str) -> bool:
     return False
 
 
-def unavailable() -> str | None:
-    """None when the kernel can be built here (or already was), else why not (for `doctor`)."""
+def unavailable_reason() -> str | None:
+    """None when the kernel can be built here (or already was), else why not (for doctor)."""
     if os.environ.get("CADENZA_NO_KERNEL"):
         return "CADENZA_NO_KERNEL is set"
-    from cadenza.generation import compiled
-
-    return compiled.available() or _STATE.get("failed")
+    return toolchain.unavailable_reason() or _STATE.get("failed")
 
 
 @lru_cache(maxsize=None)
 def fingerprint() -> str:
-    """A hash of the kernel's source: part of a compiled step's package key when the step calls it."""
+    """A hash of the kernel's source: part of a compiled decode step's package key when the step calls it."""
     return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
 
 
 def library_path() -> Path:
-    from cadenza.env.record import cache_dir
-    from cadenza.generation.compiled import _cpu_id
-
-    h = hashlib.sha256(f"{fingerprint()}|{torch.__version__}|{_cpu_id()}|{_cxx()}".encode()).hexdigest()[:24]
-    return cache_dir() / "kernels" / f"decode_attention-{h}.so"
+    """Where the kernel built from this source, for this PyTorch, CPU and compiler, is cached."""
+    key = f"{fingerprint()}|{torch.__version__}|{toolchain.cpu_id()}|{_cxx()}"
+    return toolchain.cache_dir("kernels") / f"decode_attention-{hashlib.sha256(key.encode()).hexdigest()[:24]}.so"
 
 
 def _cxx() -> str:
-    from cadenza.generation.compiled import _compiler
-
-    return _compiler(os.environ.get("CXX")) or "c++"
+    return toolchain.compiler() or "c++"
 
 
 def _compile(path: Path) -> None:

@@ -1,22 +1,18 @@
-"""A decode step compiled ahead of time: one native call per token instead of hundreds of operators.
+"""The decode step: one token through every layer and the head, as a pure function, and the decoder
+that runs it over a static KV cache.
 
-Eager decoding pays PyTorch's dispatch cost for every operator of every layer at every token, and
-at batch 1 on a CPU that cost, not arithmetic, bounds the speed (the floor row of
-``benchmarks/bench_generate.py``). Here one step (embedding, every layer, the head) is a pure
-function of the new token ids (B, 1) and the filled part of the KV cache (L, B, H, n, Dh): it
-returns the next logits and the new token's keys and values, which the caller stores at slot n
-(outside the compiled code, so the cache is never copied). The step is exported once per (model,
-batch) with `torch.export`, the cache length n as its only dynamic size, and compiled by
-AOTInductor into a package on disk (`cadenza.generation.compiled`); later runs load it in
-milliseconds. Attending to exactly the n filled slots does the same work as eager decoding; a
-variant that attended to the whole context with a mask measured slower than eager at batch 8, the
-cache being read in full at every token. Each layer's attention over the cache goes through a native
-kernel (`cadenza.generation.kernel`) where it is built, else through `cache_attention`, Inductor's
-loops for the same arithmetic.
+`DecodeStep` maps the new token ids (B, 1) and the filled part of the KV cache (L, B, H, n, Dh) to
+the next logits and the new token's keys and values, which `StepDecoder` stores at slot n (outside
+the step, so the cache is never copied). `cadenza.generation.compiled` exports it once per (model,
+batch), the cache length n its only dynamic size, and compiles it ahead of time: the compiled
+decode step, one native call per token instead of hundreds of operators. Each layer's attention
+over the cache runs in the attention kernel (`cadenza.generation.kernel`) where it is built, else
+in `cache_attention`, Inductor's loops for the same arithmetic.
 
 The eager model (`MusicTransformer.forward` with a `KVCache`) stays the reference and the fallback:
 it fills the cache for the prompt and after every window slide (where lengths vary), and
-``tests/generation/test_static.py`` checks that both give the same logits.
+``tests/generation/test_static.py`` checks that both give the same logits. Why the step is shaped
+this way: docs/generation.md, "How the compiled decode step got here".
 """
 
 from __future__ import annotations
@@ -32,7 +28,8 @@ from cadenza.models.attention import KVCache, rotate
 
 
 def unsupported(model) -> str | None:
-    """None when `model` can use the compiled step, else the reason it cannot (a short phrase)."""
+    """None when `model` can use the compiled decode step, else the reason it cannot (a short phrase;
+    the studio's health check shows it)."""
     cfg = model.config
     p = next(model.parameters())
     if cfg.model != "transformer":
@@ -53,11 +50,11 @@ def _rope(x: torch.Tensor, pos, inv_freq: torch.Tensor) -> torch.Tensor:
     return rotate(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype))
 
 
-def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, fused: bool):
+def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, attention_kernel: bool):
     """One layer's attention of the new token (at position n) over the n cached keys kc, vc
     (B, H, n, Dh). Returns the layer's output and the new key and value (B, H, Dh). The new key is
     scored beside the cache rather than written into it, so the function updates nothing in place.
-    `fused`: through the native kernel (`cadenza.generation.kernel`), else `cache_attention`."""
+    `attention_kernel`: through `cadenza::decode_attention`, else `cache_attention`."""
     b, _, d = h.shape
     n = kc.shape[2]
     qkv = attn.qkv(h).view(b, 1, 3, attn.n_heads, attn.head_dim)
@@ -67,21 +64,20 @@ def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, fused: bo
     q = q * attn.head_dim ** -0.5
     rel = attn.rel.to(q.dtype) if attn.scheme == "relative" else None  # (H, context, Dh); row d: distance d
     k_self = k + rel[:, 0] if rel is not None else k
-    attend = torch.ops.cadenza.decode_attention if fused else cache_attention
+    attend = torch.ops.cadenza.decode_attention if attention_kernel else cache_attention
     y = attend(q, kc, vc, rel, k_self, v)
     return attn.proj(y.reshape(b, 1, d)), k, v
 
 
 def cache_attention(q, kc, vc, rel, k_self, v):
     """softmax(q . [keys, k_self]) . [values, v] for q (B, H, Dh) over the cache kc, vc (B, H, n, Dh),
-    with relative attention's distance embeddings `rel` (H, context, Dh) or None: what the native
+    with relative attention's distance embeddings `rel` (H, context, Dh) or None: what the attention
     kernel computes, written for Inductor.
 
     Scores and the weighted sum are written as products and sums, not matmuls, so Inductor fuses
     each into one loop over the cache. With relative attention, cache slot j sits at distance n - j
     and q . k_j + q . E[n - j] = q . (k_j + E[n - j]): the distance embeddings are read in the same
-    loop as the keys, for the n distances in use. Computing q . E for the whole context as a separate
-    matrix product measured 20-25% slower per step (batch 1 and 8)."""
+    loop as the keys, for the n distances in use."""
     n = kc.shape[2]
     if rel is not None:
         kc = kc + rel.index_select(1, torch.arange(n, 0, -1, device=q.device))
@@ -94,15 +90,18 @@ def cache_attention(q, kc, vc, rel, k_self, v):
 class DecodeStep(nn.Module):
     """``forward(ids (B, 1), k (L, B, H, n, Dh), v)`` -> (logits (B, V), new k, new v (L, B, H, Dh)).
 
-    `fused`: attend through the native kernel (default: when it is loaded in this process). With
-    `draw`, forward also takes the grammar's mask (B, V), the step's uniforms (B,) and a temperature
-    (0-d) and returns the drawn tokens (B,) after the logits (`filters.plain_draw`): the sampler's
-    plain draw inside the step, where its operators would otherwise each cost a dispatch."""
+    `attention_kernel`: attend through the attention kernel (default: when it is loaded in this
+    process). With `draw`, forward also takes the grammar's mask (B, V), the step's uniforms (B,)
+    and a temperature (0-d) and returns the drawn tokens (B,) after the logits (`filters.plain_draw`):
+    the sampler's plain draw inside the step, where its operators would otherwise each cost a
+    dispatch."""
 
-    def __init__(self, model, fused: bool | None = None, draw: bool = False):
+    def __init__(self, model, attention_kernel: bool | None = None, draw: bool = False):
         super().__init__()
         self.model = model
-        self.fused = kernel.ready(build=False) if fused is None else fused
+        self.attention_kernel = kernel.ready(build=False) if attention_kernel is None else attention_kernel
+        if self.attention_kernel:
+            kernel.define()  # the operator must exist before the step is traced
         self.draw = draw
 
     def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, allowed=None, u=None,
@@ -114,7 +113,7 @@ class DecodeStep(nn.Module):
             x = x + m.pos_emb.weight[n]
         new_k, new_v = [], []
         for i, block in enumerate(m.blocks):
-            a, k, v = _attend(block.attn, block.ln1(x), k_cache[i], v_cache[i], self.fused)
+            a, k, v = _attend(block.attn, block.ln1(x), k_cache[i], v_cache[i], self.attention_kernel)
             x = x + a
             x = x + block.mlp(block.ln2(x))
             new_k.append(k)
@@ -131,8 +130,9 @@ def idle_draw(batch: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch
     return torch.ones(batch, vocab, dtype=torch.bool), torch.zeros(batch), torch.tensor(1.0)
 
 
-class StaticDecoder:
-    """Incremental decoding of a batch through a step function (compiled or `DecodeStep` itself).
+class StepDecoder:
+    """Incremental decoding of a batch through a step function (the compiled decode step, or
+    `DecodeStep` itself).
 
     Owns a `KVCache` of the full context: `prefill(ids)` fills it with the eager model (any length),
     `step(ids)` feeds one token per row through the step and returns the next logits, and
@@ -143,7 +143,7 @@ class StaticDecoder:
     def __init__(self, model, batch: int, step: Callable | None = None, draws: bool = False):
         reason = unsupported(model)
         if reason:
-            raise ValueError(f"no static decode step: {reason}")
+            raise ValueError(f"no decode step: {reason}")
         self.model = model
         self.cache: KVCache = model.new_cache(batch)
         self._step = step if step is not None else DecodeStep(model, draw=draws)
@@ -160,7 +160,7 @@ class StaticDecoder:
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (B, 1); the logits (B, V) of the token after it."""
         if self.cache.pos == 0:
-            return self.prefill(ids)  # the compiled step needs at least one cached position
+            return self.prefill(ids)  # the compiled decode step needs at least one cached position
         return self._run(ids, *self._idle)[0]
 
     def step_draw(self, ids: torch.Tensor, allowed: torch.Tensor, u: torch.Tensor,
@@ -170,7 +170,7 @@ class StaticDecoder:
         if not self.draws or self.cache.pos == 0:
             return self.step(ids), None
         for got, want, name in zip((allowed, u, temperature), self._idle, ("mask", "uniforms", "temperature")):
-            if got.shape != want.shape or got.dtype != want.dtype:  # a compiled step reads them unchecked
+            if got.shape != want.shape or got.dtype != want.dtype:  # a compiled decode step reads them unchecked
                 raise ValueError(f"the step's {name} is {tuple(got.shape)} {got.dtype}; it takes "
                                  f"{tuple(want.shape)} {want.dtype}")
         return self._run(ids, allowed, u, temperature)
@@ -187,3 +187,6 @@ class StaticDecoder:
         c.v.select(3, n).copy_(v)
         c.pos = n + 1
         return (out[0], out[1]) if self.draws else (out[0], None)
+
+
+StaticDecoder = StepDecoder  # its former name, until sampler.py's docstrings say StepDecoder (issue 30)
