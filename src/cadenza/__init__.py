@@ -24,11 +24,29 @@ _LAZY = {name: module for module, names in (
     ("cadenza.training.trainer", "train"), ("cadenza.generation.generate", "generate"),
     ("cadenza.generation.config", "SamplingConfig"), ("cadenza.listen.render", "render"),
     ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
-    ("cadenza.env.doctor", "doctor"), ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),
+    ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),
     ("cadenza.studio.server", "serve"),
 ) for name in names.split()}
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "doctor", *_LAZY]
+
+
+def doctor(device: str = "auto", precision: str | None = None, smoke: bool = True, probes=None) -> dict:
+    """`cadenza doctor`: the environment, what would break training on `device` at `precision`, and
+    each stage's own look (`doctor_probes`); see `cadenza.env.doctor.doctor`."""
+    from cadenza.env.doctor import doctor as examine  # lazy: `import cadenza` stays fast
+
+    return examine(device, precision, smoke=smoke, probes=probes, stages=doctor_probes())
+
+
+def doctor_probes() -> tuple:
+    """The looks the stages above env/ add to `cadenza doctor`, handed to it from here: env/ imports
+    no stage above it."""
+    try:
+        from cadenza.generation.compiled import DOCTOR_PROBE  # lazy: it imports torch
+    except ImportError:  # no torch: doctor still runs, to say so
+        return ()
+    return (DOCTOR_PROBE,)
 
 
 def __getattr__(name):

@@ -316,18 +316,23 @@ def test_real_smoke_code_runs_on_cpu():
 
 
 def test_doctor_says_whether_the_compiled_decode_step_is_available(capsys, monkeypatch, tmp_path):
-    from cadenza.env.doctor import collect, format_report
+    import cadenza
+    from cadenza.env.doctor import format_report
+
+    def compiled_decode() -> dict:
+        return collect(FakeProbes(), smoke=False, stages=cadenza.doctor_probes())["compiled_decode"]
 
     monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
     monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
     _, out = run_doctor(capsys, FakeProbes())
     assert out["report"]["compiled_decode"]["unavailable"] == "CADENZA_NO_COMPILE is set"
-    report = collect(FakeProbes(), smoke=False)
-    assert re.search(r"compiled decode +no: CADENZA_NO_COMPILE is set", format_report(report, [], "auto", None))
+    report = collect(FakeProbes(), smoke=False, stages=cadenza.doctor_probes())
+    assert re.search(r"compiled decode +no: CADENZA_NO_COMPILE is set",
+                     format_report(report, [], "auto", None, stages=cadenza.doctor_probes()))
     monkeypatch.delenv("CADENZA_NO_COMPILE")
     (tmp_path / "decode").mkdir()
     (tmp_path / "decode" / "step-0123.pt2").write_bytes(b"")
-    cd = collect(FakeProbes(), smoke=False)["compiled_decode"]
+    cd = compiled_decode()
     assert cd["packages"] == 1 and cd["cache"] == str(tmp_path / "decode")
     if not cd["unavailable"]:  # a machine with a C++ compiler: the attention kernel is built on first use
         assert cd["attention_kernel"].startswith("not built yet")
@@ -335,4 +340,4 @@ def test_doctor_says_whether_the_compiled_decode_step_is_available(capsys, monke
 
         kernel.library_path().parent.mkdir(parents=True)
         kernel.library_path().write_bytes(b"")
-        assert collect(FakeProbes(), smoke=False)["compiled_decode"]["attention_kernel"] == "built"
+        assert compiled_decode()["attention_kernel"] == "built"

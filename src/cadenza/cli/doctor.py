@@ -24,12 +24,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace, probes=None) -> int:
-    from cadenza.env.doctor import Diagnosis, doctor, format_report
+    # lazy: `cadenza --help` does not pay for the doctor's imports
+    import cadenza
+    from cadenza.env.doctor import Diagnosis, format_report
 
-    result = doctor(a.device, a.precision, smoke=not a.no_smoke, probes=probes)
+    result = cadenza.doctor(a.device, a.precision, smoke=not a.no_smoke, probes=probes)
     if a.json:
         print(json.dumps(result, indent=2, default=str))
     else:
         found = [Diagnosis(**d) for d in result["diagnoses"]]
-        print(format_report(result["report"], found, a.device, a.precision))
+        print(format_report(result["report"], found, a.device, a.precision, stages=cadenza.doctor_probes()))
     return result["exit_code"]

@@ -1,7 +1,9 @@
 """`cadenza doctor`: what Python / torch / CUDA / driver / container setup this is, what is wrong, how to fix it.
 
 Every look at the machine goes through one `Probes` object (`cadenza.env.probes`), so each
-diagnosis is tested by faking a probe.
+diagnosis is tested by faking a probe. A stage above env/ adds its own look as a `StageProbe` that
+the caller passes in (`cadenza.doctor` passes generation's). A new diagnosis is one more function
+in `FINDINGS`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,10 @@ import os
 import platform
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from cadenza import __version__
-from cadenza.env.probes import Probes
-from cadenza.env.record import cache_dir, git_commit
+from cadenza.env.probes import Probes, StageProbe
+from cadenza.env.record import cache_dir, git_commit, library_versions
 from cadenza.env.tools import MUSESCORE_BINARIES, SOUNDFONT_DIRS
 
 GiB = 1 << 30
@@ -44,8 +45,10 @@ def min_driver(cuda: str) -> str | None:
     return MIN_DRIVER.get(major_minor) or MIN_DRIVER.get(cuda.split(".")[0])
 
 
-def collect(probes: Probes | None = None, smoke: bool = True, precision: str | None = None) -> dict:
-    """The full report (a JSON-able dict). `smoke` runs the GPU smoke test when torch sees a GPU."""
+def collect(probes: Probes | None = None, smoke: bool = True, precision: str | None = None,
+            stages: Sequence[StageProbe] = ()) -> dict:
+    """The full report (a JSON-able dict), with a field for each of `stages`. `smoke` runs the GPU
+    smoke test when torch sees a GPU."""
     p = probes or Probes()
     env = p.env()
     t = p.torch_info()
@@ -53,7 +56,7 @@ def collect(probes: Probes | None = None, smoke: bool = True, precision: str | N
     report: dict[str, Any] = {
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "platform": platform.platform(),
-        "cadenza": {"version": __version__, "commit": git_commit()},
+        "cadenza": {"version": library_versions(("cadenza",))["cadenza"], "commit": git_commit()},
         "torch": t,
         "build": ("rocm " + t["hip"]) if t.get("hip") else ("cuda " + t["cuda"]) if t.get("cuda") else "cpu",
         "nvidia_smi": p.nvidia_smi(),
@@ -67,9 +70,9 @@ def collect(probes: Probes | None = None, smoke: bool = True, precision: str | N
                      "soundfonts": p.soundfonts(), "cadenza_soundfont": env.get("CADENZA_SOUNDFONT"),
                      "musescore": next((w for b in MUSESCORE_BINARIES if (w := p.which(b))), None),
                      "tensorboard": p.module_version("tensorboard"), "miditok": p.module_version("miditok")},
-        "compiled_decode": _compiled_decode(),
-        "smoke": None,
     }
+    report.update({s.key: s.probe() for s in stages})
+    report["smoke"] = None
     if smoke and t.get("cuda_available") and t.get("gpus"):
         bf16_ok = all(g["bf16"] for g in t["gpus"])
         dtype = precision if precision in ("bf16", "fp16") else ("bf16" if bf16_ok else "fp16")
@@ -112,10 +115,8 @@ def diagnose(report: dict, device: str = "auto", precision: str | None = None) -
         add("error", "no_torch", f"torch is not importable: {t.get('error')}",
             "pip install torch (the tested version is in docker/versions.env), or `make install`")
         return out
-    _cuda_findings(report, device, add)
-    _accelerator_findings(report, device, precision, add)
-    _resource_findings(report, add)
-    _audio_findings(report["optional"], add)
+    for findings in FINDINGS:
+        findings(report, device, precision, add)
     if not any(d.severity == "error" for d in out):
         gpus = t.get("gpus") or []
         on = "cuda" if t.get("cuda_available") else "mps" if t.get("mps") else "cpu"
@@ -124,7 +125,7 @@ def diagnose(report: dict, device: str = "auto", precision: str | None = None) -
     return out
 
 
-def _cuda_findings(r: dict, device: str, add) -> None:
+def _cuda_findings(r: dict, device: str, precision: str | None, add) -> None:
     """Why torch cannot use the NVIDIA GPUs the machine has: driver, build, visibility."""
     t, smi, smi_gpus = r["torch"], r.get("nvidia_smi"), _smi_gpus(r)
     blocking = "error" if target_device(r, device) == "cuda" else "warn"
@@ -200,7 +201,7 @@ def _accelerator_findings(r: dict, device: str, precision: str | None, add) -> N
             f"{smoke['autocast_step_ms']} ms, 1024^2 matmul {smoke['matmul_ms']} ms)")
 
 
-def _resource_findings(r: dict, add) -> None:
+def _resource_findings(r: dict, device: str, precision: str | None, add) -> None:
     shm = r.get("shm_bytes")
     if shm is not None and shm < GiB:
         add("warn", "small_shm", f"/dev/shm is {_size(shm)} (< 1 GiB): DataLoader workers share batches through it "
@@ -211,7 +212,8 @@ def _resource_findings(r: dict, add) -> None:
                 "free space, or point CADENZA_CACHE / --out at a bigger disk")
 
 
-def _audio_findings(opt: dict, add) -> None:
+def _audio_findings(r: dict, device: str, precision: str | None, add) -> None:
+    opt = r["optional"]
     if not opt["fluidsynth"] and not opt["pyfluidsynth"]:
         add("warn", "no_fluidsynth", "FluidSynth is not installed: MIDI -> audio rendering is off",
             "apt-get install fluidsynth (and pip install pyfluidsynth)")
@@ -222,6 +224,11 @@ def _audio_findings(opt: dict, add) -> None:
         add("warn", "no_soundfont", "no General MIDI SoundFont found (looked in " + ", ".join(SOUNDFONT_DIRS)
             + ", $CADENZA_SOUNDFONT): audio rendering is off",
             "apt-get install fluid-soundfont-gm, or export CADENZA_SOUNDFONT=/path/to/GM.sf2")
+
+
+# Each adds its diagnoses, most blocking first: f(report, device, precision, add(severity, code, message, fix)).
+FINDINGS: tuple[Callable[..., None], ...] = (_cuda_findings, _accelerator_findings, _resource_findings,
+                                             _audio_findings)
 
 
 def exit_code(diagnoses: list[Diagnosis]) -> int:
@@ -249,18 +256,8 @@ def _size(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / (1 << 20):.0f} MiB"
 
 
-def _compiled_decode() -> dict:
-    """Whether `cadenza generate` can use the compiled decode step here, and what is cached."""
-    from cadenza.generation import compiled, kernel
-
-    folder = compiled.cache_dir()
-    return {"unavailable": compiled.unavailable_reason(), "cache": str(folder),
-            "packages": len(list(folder.glob("step-*.pt2"))) if folder.is_dir() else 0,
-            "attention_kernel": kernel.unavailable_reason() or ("built" if kernel.library_path().exists() else
-                                                         "not built yet (built with the first compiled step)")}
-
-
-def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: str | None) -> str:
+def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: str | None,
+                  stages: Sequence[StageProbe] = ()) -> str:
     t, opt, smi = r["torch"], r["optional"], r.get("nvidia_smi")
     smi_gpus = _smi_gpus(r)
     rows = [("python", f"{r['python']['version']} ({r['python']['executable']})"),
@@ -293,12 +290,7 @@ def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: s
              ("SoundFont", opt["soundfonts"][0] if opt["soundfonts"] else "-"),
              ("MuseScore", opt["musescore"] or "-"), ("TensorBoard", opt["tensorboard"] or "-"),
              ("MidiTok", opt["miditok"] or "-")]
-    cd = r.get("compiled_decode") or {}
-    if cd:
-        rows.append(("compiled decode", f"no: {cd['unavailable']} (generation decodes eagerly)" if cd["unavailable"]
-                     else f"yes ({cd['packages']} built, in {cd['cache']})"))
-        if not cd["unavailable"] and cd.get("attention_kernel"):
-            rows.append(("attention kernel", cd["attention_kernel"]))
+    rows += [row for s in stages if r.get(s.key) for row in s.rows(r[s.key])]
     if r.get("smoke"):
         s = r["smoke"]
         rows.append(("GPU smoke test", f"{'ok' if s['ok'] else 'FAILED'} on {s['device']} ({s['dtype']})"
@@ -314,10 +306,10 @@ def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: s
 
 
 def doctor(device: str = "auto", precision: str | None = None, smoke: bool = True,
-           probes: Probes | None = None) -> dict:
-    """The environment report and the diagnoses for training on `device` at `precision`:
-    {"report", "device": {"requested", "target"}, "precision", "diagnoses", "exit_code"}."""
-    report = collect(probes, smoke=smoke, precision=precision)
+           probes: Probes | None = None, stages: Sequence[StageProbe] = ()) -> dict:
+    """The environment report, with each of `stages`, and the diagnoses for training on `device`
+    at `precision`: {"report", "device": {"requested", "target"}, "precision", "diagnoses", "exit_code"}."""
+    report = collect(probes, smoke=smoke, precision=precision, stages=stages)
     found = diagnose(report, device=device, precision=precision)
     return {"report": report, "device": {"requested": device, "target": target_device(report, device)},
             "precision": precision, "diagnoses": [asdict(d) for d in found], "exit_code": exit_code(found)}

@@ -1,5 +1,5 @@
 """Every look `cadenza doctor` takes at the machine, in one `Probes` object, so each diagnosis is
-tested by faking a probe."""
+tested by faking a probe; and `StageProbe`, the look a stage above env/ adds, passed in by its caller."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import shutil
 import subprocess
 import time
 import warnings
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cadenza.env import tools
+from cadenza.env.record import cpu_info
 
 
 def _line(x: object) -> str:
@@ -29,6 +31,16 @@ def parse_nvidia_smi(text: str) -> list[dict]:
             mem = parts[2].split()[0]
             gpus.append({"driver": parts[0], "name": parts[1], "memory_mib": int(mem) if mem.isdigit() else None})
     return gpus
+
+
+@dataclass(frozen=True)
+class StageProbe:
+    """A stage's own check for `cadenza doctor` (e.g. whether generation's compiled decode step can
+    be built): env/ imports no stage above it, so the caller hands doctor these."""
+
+    key: str  # its field in the report
+    probe: Callable[[], dict]  # the JSON-able record
+    rows: Callable[[dict], list[tuple[str, str]]]  # the record as rows of the table
 
 
 class Probes:
@@ -162,14 +174,12 @@ class Probes:
         return found + [str(p) for p in tools.soundfonts()]
 
     def cpu(self) -> dict:
-        from cadenza.env.record import cpu_info
-
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         info = cpu_info()
         return {"count": os.cpu_count(), "usable": usable, "model": info["model"], "isa": info["isa"]}
 
 
 def _cpu_bf16() -> bool:
-    from cadenza.env.device import cpu_supports_bf16
+    from cadenza.env.device import cpu_supports_bf16  # lazy: it imports torch; doctor runs without torch
 
     return cpu_supports_bf16()

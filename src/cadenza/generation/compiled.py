@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from cadenza.env.probes import StageProbe
 from cadenza.generation import filters, kernel, step, toolchain
 
 _LOADED: dict[str, Callable] = {}
@@ -213,3 +214,23 @@ def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = Fals
     fn = load(model, batch, build_missing=build_missing, quiet=quiet, attention_kernel=attention_kernel)
     return step.StepDecoder(model, batch, fn, draws=True) if fn is not None else None
 
+
+def probe() -> dict:
+    """For `cadenza doctor`: whether `cadenza generate` can use the compiled decode step here, how
+    many packages are cached, and the attention kernel's state."""
+    folder = cache_dir()
+    return {"unavailable": unavailable_reason(), "cache": str(folder),
+            "packages": len(list(folder.glob("step-*.pt2"))) if folder.is_dir() else 0,
+            "attention_kernel": kernel.unavailable_reason() or ("built" if kernel.library_path().exists() else
+                                                                "not built yet (built with the first compiled step)")}
+
+
+def _rows(found: dict) -> list[tuple[str, str]]:
+    """`probe`'s record as rows of doctor's table."""
+    if found["unavailable"]:
+        return [("compiled decode", f"no: {found['unavailable']} (generation decodes eagerly)")]
+    return [("compiled decode", f"yes ({found['packages']} built, in {found['cache']})"),
+            *([("attention kernel", found["attention_kernel"])] if found.get("attention_kernel") else [])]
+
+
+DOCTOR_PROBE = StageProbe("compiled_decode", probe, _rows)  # what doctor asks generation (passed in by the caller)
