@@ -1,13 +1,16 @@
 """The models a studio offers: the shipped ones and the runs found under `--runs`, each by an id.
 
 A client names a model by its id only; the id is looked up in this registry, never joined to a
-path, so nothing a client sends reaches the filesystem. Loaded models are kept (the two most
-recently used) so a job does not pay for loading.
+path, so nothing a client sends reaches the filesystem. The runs folder is walked again only when
+one of its folders that could hold a new run or checkpoint changed. Loaded models are kept (the two
+most recently used) so a job does not pay for loading.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,24 +38,54 @@ class ModelEntry:
                 "valid_loss": self.valid_loss}
 
 
+# A folder changed less than this long before a scan may change again within the same tick of its
+# timestamp, unseen: it is scanned again next time (file systems stamp in steps of up to 2 s).
+SETTLED_NS = 2_000_000_000
+
+
 class Registry:
     def __init__(self, runs: Path | None = None, keep_loaded: int = 2, device: str = "cpu"):
         self.runs, self.keep, self.device = runs, keep_loaded, device
         self._loaded: OrderedDict[str, tuple] = OrderedDict()
         self._lock = threading.Lock()
+        self._runs: list[ModelEntry] = []
+        self._seen: dict[Path, int | None] = {}  # folder -> its mtime when the runs were last scanned
+        self._scanned_ns = 0
+        self._scan_lock = threading.Lock()
 
-    def entries(self) -> list[ModelEntry]:
-        """Scanned afresh each time: a run that finishes while the server runs appears."""
+    @functools.cached_property
+    def shipped(self) -> list[ModelEntry]:
         from cadenza.models.zoo import list_models
 
-        out = [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"])
-               for m in list_models()]
-        for run in sorted(self.runs.rglob("checkpoints")) if self.runs and self.runs.is_dir() else []:
-            step_dir = ckpt.best_checkpoint(run.parent) or ckpt.latest_checkpoint(run.parent)
+        return [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"])
+                for m in list_models()]
+
+    def entries(self) -> list[ModelEntry]:
+        """The shipped models, then the runs: a run that appears (or saves a checkpoint) while the
+        server runs is listed."""
+        if self.runs is None:
+            return list(self.shipped)
+        with self._scan_lock:
+            settled = self._scanned_ns - SETTLED_NS
+            if not self._seen or any(t is None or t > settled or _mtime(d) != t for d, t in self._seen.items()):
+                self._runs = self._scan(self.runs)
+            return self.shipped + self._runs
+
+    def _scan(self, runs: Path) -> list[ModelEntry]:
+        """Every run under `runs` with a checkpoint. Remembers the mtimes of `runs` and of every folder
+        on the way to a checkpoints folder, taken before reading them: a new run or step folder
+        changes one of them."""
+        self._scanned_ns, self._seen = time.time_ns(), {runs: _mtime(runs)}
+        out = []
+        for ckpts in sorted(runs.rglob("checkpoints")) if runs.is_dir() else []:
+            folder = ckpts
+            while folder != runs:
+                self._seen[folder], folder = _mtime(folder), folder.parent
+            step_dir = ckpt.best_checkpoint(ckpts.parent) or ckpt.latest_checkpoint(ckpts.parent)
             if step_dir is None:
                 continue
             meta = ckpt.read_meta(step_dir)
-            name = run.parent.relative_to(self.runs).as_posix()
+            name = ckpts.parent.relative_to(runs).as_posix()
             out.append(ModelEntry(f"run:{name}", name, "run", step_dir, meta["tokenizer"].get("styles", []),
                                   meta["step"], meta.get("best_valid_loss")))
         return out
@@ -76,3 +109,10 @@ class Registry:
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)
             return loaded
+
+
+def _mtime(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:  # gone
+        return None
