@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,17 @@ def load_benchmark(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
+    """`predicate()` once it is true (returned), polled every `interval` seconds; fails the test after
+    `timeout` seconds. Tests wait through this, so none can hang."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"still waiting after {timeout:g} s for {getattr(predicate, '__qualname__', predicate)}")
+        time.sleep(interval)
+    return value
 
 
 def make_score(notes_per_track, tpq: int = 480, tempos=((0, 120.0),), drums=(), pedals=None) -> Score:
@@ -144,8 +156,7 @@ def tokenizer():
     return PerformanceTokenizer()
 
 
-__all__ = ["make_score", "write_score", "random_piece", "shared", "symusic"]
-
+__all__ = ["make_score", "write_score", "random_piece", "shared", "symusic", "wait_until"]
 
 
 def allow_compiling(mp: pytest.MonkeyPatch, cache: Path) -> None:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import symusic
-from conftest import make_score
+from conftest import make_score, wait_until
 from fastapi.testclient import TestClient
 
 from cadenza.studio.app import Limits, create_app
@@ -40,6 +40,10 @@ def start(client, **settings) -> dict:
     r = client.post("/api/jobs", json={"model": MODEL, "settings": {"seconds": 3, "seed": 1, **settings}})
     assert r.status_code == 202, r.text
     return r.json()
+
+
+def status(client, job: dict) -> str:
+    return client.get(f"/api/jobs/{job['id']}").json()["status"]
 
 
 def test_models_and_settings_name_ids_never_paths(client):
@@ -126,8 +130,7 @@ def blocking(app_state):
     gate = threading.Event()
 
     def run(job):
-        while not gate.wait(0.02):
-            job.check()
+        wait_until(lambda: job.check() or gate.is_set(), timeout=60)  # a cancelled job stops at `check`
         return {"variations": []}
 
     app_state.jobs._run = run
@@ -137,18 +140,14 @@ def blocking(app_state):
 def test_a_full_queue_is_a_429_and_a_cancelled_job_frees_its_place(client):
     gate = blocking(client.app_state)
     running = start(client)
-    while client.get(f"/api/jobs/{running['id']}").json()["status"] != "running":
-        time.sleep(0.01)
+    wait_until(lambda: status(client, running) == "running")
     waiting = [start(client) for _ in range(4)]
     full = client.post("/api/jobs", json={"model": MODEL, "settings": {"seconds": 3}})
     assert full.status_code == 429 and full.headers["retry-after"] == "5"
     assert client.delete(f"/api/jobs/{waiting[0]['id']}").json()["status"] == "cancelled"
     assert client.post("/api/jobs", json={"model": MODEL, "settings": {"seconds": 3}}).status_code == 202
     client.delete(f"/api/jobs/{running['id']}")
-    deadline = time.time() + 5
-    while client.get(f"/api/jobs/{running['id']}").json()["status"] != "cancelled" and time.time() < deadline:
-        time.sleep(0.02)
-    assert client.get(f"/api/jobs/{running['id']}").json()["status"] == "cancelled"  # freed its worker
+    wait_until(lambda: status(client, running) == "cancelled", timeout=5)  # it freed its worker
     gate.set()
 
 
@@ -157,10 +156,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_job(client):
     job = start(client)
     got = events(client, job["id"], stop_after="started")  # then the client goes away
     assert got[-1]["event"] == "started"
-    deadline = time.time() + 5
-    while client.get(f"/api/jobs/{job['id']}").json()["status"] != "cancelled" and time.time() < deadline:
-        time.sleep(0.02)
-    assert client.get(f"/api/jobs/{job['id']}").json()["status"] == "cancelled"
+    wait_until(lambda: status(client, job) == "cancelled", timeout=5)
     gate.set()
 
 
@@ -231,7 +227,7 @@ def test_a_burst_of_requests_runs_in_a_bounded_number_of_threads(studio_runs, tm
         for t in burst:
             t.start()
         for t in burst:
-            t.join()
+            t.join(timeout=30)
         assert codes == [200] * 12
         assert 1 < peak[0] <= 3  # concurrent, within the bound
         assert c.get("/api/health").json()["ok"]  # cheap handlers run on the event loop meanwhile

@@ -12,12 +12,11 @@ import os
 import shutil
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import symusic
-from conftest import make_score, write_score
+from conftest import make_score, wait_until, write_score
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and not os.environ.get("CI"):
@@ -38,8 +37,7 @@ def server(studio_runs, tmp_path_factory):
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    while not srv.started:
-        time.sleep(0.05)
+    wait_until(lambda: srv.started, timeout=30)
     yield f"http://127.0.0.1:{port}", app
     srv.should_exit = True
     thread.join(timeout=10)
@@ -117,14 +115,11 @@ def test_generate_listen_download_continue_and_cancel(page, server, tmp_path):
 
 
 def _cancel_a_job(page, app) -> None:
-    import threading as th
-
-    gate = th.Event()
+    gate = threading.Event()
     real = app.state.jobs._run
 
-    def slow(job):  # hold the job, as a long piece on a busy machine would
-        while not gate.wait(0.02):
-            job.check()
+    def slow(job):  # hold the job, as a long piece on a busy machine would; a cancelled one stops at `check`
+        wait_until(lambda: job.check() or gate.is_set(), timeout=60)
         return real(job)
 
     app.state.jobs._run = slow
@@ -134,10 +129,7 @@ def _cancel_a_job(page, app) -> None:
         page.click("[data-testid=cancel]")
         page.wait_for_function("document.querySelector('[data-testid=status]').textContent.includes('cancelled')")
         job = page.evaluate("window.studio.job.id")
-        deadline = time.time() + 5
-        while app.state.jobs.get(job).status != "cancelled" and time.time() < deadline:
-            time.sleep(0.05)
-        assert app.state.jobs.get(job).status == "cancelled"
+        wait_until(lambda: app.state.jobs.get(job).status == "cancelled", timeout=5)
     finally:
         app.state.jobs._run = real
         gate.set()
