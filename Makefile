@@ -30,6 +30,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_tokenize.py
 
 lint: install
+	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/hadolint docker/Dockerfile
 
 clean:

@@ -224,7 +224,8 @@ def test_a_planted_upward_import_and_cycle_are_caught():
     }
     found = {v.key: str(v) for v in violations(planted)}
     assert found == {
-        ("order", "cadenza.data.store", "cadenza.cli"): "cadenza.data.store:3 imports cadenza.cli, a stage above its own",
+        ("order", "cadenza.data.store", "cadenza.cli"):
+            "cadenza.data.store:3 imports cadenza.cli, a stage above its own",
         ("cycle", "cadenza.models.a", "cadenza.models.b"): "import cycle: cadenza.models.a <-> cadenza.models.b",
         ("unexplained", "cadenza.models.c"): "cadenza.models.c:5 imports cadenza.models.a inside a function "
                                              "without a `# lazy: <why>` comment",

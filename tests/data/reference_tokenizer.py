@@ -40,7 +40,7 @@ def reference_quantize(notes):
     for n in q:
         by_pitch.setdefault(n[2], []).append(n)
     out = []
-    for p, ns in by_pitch.items():
+    for ns in by_pitch.values():
         ns.sort(key=lambda n: n[0])
         for i, n in enumerate(ns):
             n[1] = max(n[1], n[0] + 1)

@@ -6,6 +6,7 @@ import pytest
 
 import cadenza.data.corpora as C
 
+
 def _must_not_convert_marked(args):
     import json
     from pathlib import Path

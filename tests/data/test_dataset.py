@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from cadenza.data.dataset import StepSampler, WindowDataset
-from cadenza.models.loss import IGNORE_INDEX, inputs_targets
 from cadenza.data.prepare import prepare
+from cadenza.models.loss import IGNORE_INDEX, inputs_targets
 
 
 @pytest.fixture(scope="module")

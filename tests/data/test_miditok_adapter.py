@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("miditok")
 
-from cadenza.data.midi import read_notes  # noqa: E402
-from cadenza.data.prepare import prepare  # noqa: E402
-from cadenza.data.store import TokenStore  # noqa: E402
-from cadenza.data.tokenizers import get_tokenizer, tokenizer_from_dict  # noqa: E402
+from cadenza.data.midi import read_notes
+from cadenza.data.prepare import prepare
+from cadenza.data.store import TokenStore
+from cadenza.data.tokenizers import get_tokenizer, tokenizer_from_dict
 
 
 @pytest.mark.parametrize("kind", ["REMI", "TSD", "MIDILike"])

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

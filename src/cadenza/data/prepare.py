@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 from cadenza.atomic import output_folder
 from cadenza.data.corpora import materialize
-from cadenza.data.ingest import (DURATION_EDGES, collect_midi_files, default_workers, encode_files,
-                                 note_seconds)
+from cadenza.data.ingest import DURATION_EDGES, collect_midi_files, default_workers, encode_files, note_seconds
 from cadenza.data.midi import MIDI_SUFFIXES
 from cadenza.data.store import SPLITS, StoreWriter, TokenStore
 from cadenza.data.tokenizers import Tokenizer, check_style_names, get_tokenizer
@@ -34,7 +33,7 @@ class PrepareConfig:
     test_fraction: float = setting(0.1, ge=0, lt=1, doc="share of pieces held out for testing")
     workers: int | None = setting(None, ge=1, doc="worker processes (default: CPU count, at most 8)")
 
-    def validate(self) -> "PrepareConfig":
+    def validate(self) -> PrepareConfig:
         validate(self)
         if self.valid_fraction + self.test_fraction >= 1:
             raise SettingError("valid_fraction", f"plus test_fraction must be < 1, got "

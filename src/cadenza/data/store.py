@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -103,9 +104,8 @@ class StoreWriter:
               extra: dict[str, Any] | None = None) -> Path:
         self._f.close()
         self._tokens_ctx.__exit__(None, None, None)
-        with atomic_path(self.out / OFFSETS) as tmp:
-            with open(tmp, "wb") as f:
-                np.save(f, np.asarray(self.offsets, dtype=np.int64))
+        with atomic_path(self.out / OFFSETS) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.asarray(self.offsets, dtype=np.int64))
         # Pieces may arrive with a split (a benchmark's official one); the rest are hashed.
         free = [p for p in self.pieces if "split" not in p]
         for p, s in zip(free, assign_splits([p["sha256"] for p in free], valid_fraction, test_fraction)):

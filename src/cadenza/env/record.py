@@ -6,7 +6,7 @@ import os
 import platform
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -23,7 +23,7 @@ def library_versions(names=_DEFAULT_LIBS) -> dict[str, str | None]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def git_commit(path: str | None = None) -> str | None:
     """The commit of the cadenza checkout (or of `path`), with "-dirty" when it has local changes."""
     where = Path(path) if path else Path(__file__).resolve().parent
@@ -56,7 +56,7 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx
              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
 
 
-@lru_cache(maxsize=None)
+@cache
 def cpu_info() -> dict:
     """The CPU model and its instruction-set flags (Linux /proc/cpuinfo; platform elsewhere)."""
     model, flags = platform.processor() or platform.machine(), set()

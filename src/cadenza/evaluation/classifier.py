@@ -34,7 +34,7 @@ class StyleClassifier:
         return [self.styles[i] for i in self.probabilities(features).argmax(axis=1)]
 
     @classmethod
-    def fit(cls, features: np.ndarray, labels: list[str], l2: float = 1e-3, seed: int = 0) -> "StyleClassifier":
+    def fit(cls, features: np.ndarray, labels: list[str], l2: float = 1e-3, seed: int = 0) -> StyleClassifier:
         """Weighted so every style counts the same however many excerpts it has."""
         styles = list(dict.fromkeys(labels))
         y = torch.tensor([styles.index(s) for s in labels])
@@ -61,7 +61,7 @@ class StyleClassifier:
                 "weight": self.weight.tolist(), "bias": self.bias.tolist()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StyleClassifier":
+    def from_dict(cls, d: dict) -> StyleClassifier:
         return cls(d["styles"], *(np.asarray(d[k]) for k in ("mean", "scale", "weight", "bias")))
 
 
