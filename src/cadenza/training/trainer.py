@@ -158,9 +158,10 @@ def _loop(s: Session, progress: bool) -> TrainResult:
         s.raw.train()
         while s.step < tc.max_steps:
             pending.append(_train_step(s))
-            if not _sync_due(s, fit):
+            out_of_time = budget is not None and time.time() - t0 >= budget
+            if not _sync_due(s, fit, stop.requested or out_of_time):
                 continue
-            rows, reason = _sync(s, pending, stop.requested, budget is not None and time.time() - t0 >= budget)
+            rows, reason = _sync(s, pending, stop.requested, out_of_time)
             now = time.time()
             _record(s, rows, _tokens_per_step(s) * len(rows) / max(now - t_sync, 1e-9), bar, valid_loss)
             loss, pending, t_sync = rows[-1][1], [], now
@@ -212,13 +213,15 @@ def _train_step(s: Session) -> tuple[torch.Tensor, torch.Tensor, float]:
     return loss_sum, gnorm.detach(), lr
 
 
-def _sync_due(s: Session, fit: bool) -> bool:
+def _sync_due(s: Session, fit: bool, wants_stop: bool) -> bool:
     """Whether the host reads this step's results: a logging, validation or checkpoint step, the
-    last one, and steps 10 and 30 of a run fitting its schedule to a time budget. Every rank
-    answers the same from the step number alone."""
+    last one, and steps 10 and 30 of a run fitting its schedule to a time budget, which every rank
+    knows from the step number alone. One process also stops after any step once it wants to (a
+    signal, the budget, patience run out); the ranks of a DDP run agree on that at those steps."""
     tc, n = s.cfg.train, s.step
+    early = bool(tc.patience and s.since_best >= tc.patience)
     return (n >= tc.max_steps or n % tc.log_every == 0 or n % tc.eval_every == 0 or n % tc.save_every == 0
-            or (fit and n in (10, 30)))
+            or (fit and n in (10, 30)) or (not s.dist.enabled and (wants_stop or early)))
 
 
 def _sync(s: Session, pending: list, requested: bool, out_of_time: bool) -> tuple[list[tuple], str | None]:
