@@ -1,8 +1,8 @@
 """Models shipped inside the package, ready to sample without training (`cadenza models`).
 
 Each is a checkpoint folder (fp16 ``model.safetensors`` + ``checkpoint.json``, which carries the
-model and tokenizer configs and the styles) with the run's ``run.json`` and ``metrics.jsonl``
-beside it; its model card is docs/models.md.
+model and tokenizer configs and the styles) with the run's ``run.json`` beside it, and its training
+log ``metrics.jsonl`` in the repository but not in the wheel; its model card is docs/models.md.
 """
 
 from __future__ import annotations
