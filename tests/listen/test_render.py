@@ -3,8 +3,6 @@ lookup, the `render` subcommand; FluidSynth and MuseScore for real only where th
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import wave
 from pathlib import Path
 
@@ -13,11 +11,12 @@ import pytest
 from PIL import Image
 
 import cadenza
-from cadenza.cli import render as render_cli
+from cadenza.cli import main as cadenza_main
 from cadenza.data.midi import Notes, write_midi
 from cadenza.env import tools
-from cadenza.env.tools import find_musescore, find_soundfont, pyfluidsynth
-from cadenza.listen import audio as audio_mod, score as score_mod
+from cadenza.env.tools import find_musescore, find_soundfont
+from cadenza.listen import audio as audio_mod
+from cadenza.listen import score as score_mod
 from cadenza.listen.audio import RELEASE_SECONDS, TAIL_SECONDS, n_samples, read_wav, synthesize, write_wav
 from cadenza.listen.pianoroll import DPI, FIGSIZE, piano_roll
 from cadenza.listen.render import render_file
@@ -31,10 +30,11 @@ def one_note(velocity: int, end: float = 1.0, pitch: int = 60) -> Notes:
 
 @pytest.fixture
 def no_fluidsynth(monkeypatch):
-    """A machine without FluidSynth, pyfluidsynth or a SoundFont."""
-    monkeypatch.setattr(audio_mod, "find_soundfont", lambda explicit=None: None)
-    monkeypatch.setattr(audio_mod, "pyfluidsynth", lambda: None)
-    monkeypatch.setattr(audio_mod, "fluidsynth_program", lambda: None)
+    """A machine without any SoundFont renderer (FluidSynth, pyfluidsynth, midirenderer) or SoundFont."""
+    monkeypatch.setattr(tools, "find_soundfont", lambda explicit=None: None)
+    monkeypatch.setattr(tools, "pyfluidsynth", lambda: None)
+    monkeypatch.setattr(tools, "fluidsynth_program", lambda: None)
+    monkeypatch.setattr(tools, "midirenderer", lambda: None)
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_numpy_synth_does_not_clip_and_handles_empty():
 def test_synthesize_from_path_falls_back_to_numpy(chord_midi, no_fluidsynth):
     audio, used = synthesize(chord_midi, 16000)
     assert used == "numpy" and audio.size == round((2.25 + TAIL_SECONDS) * 16000)
-    assert "apt-get install fluidsynth" in audio_mod.fluidsynth_note()
+    assert "apt-get install fluidsynth" in audio_mod.describe_backend()
     with pytest.raises(RuntimeError, match="apt-get install"):
         synthesize(chord_midi, backend="fluidsynth")
 
@@ -138,10 +138,7 @@ def test_find_soundfont_order(tmp_path, monkeypatch):
 
 
 def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    render_cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return cadenza_main(argv)  # the command as a user runs it
 
 
 def test_cli_default_writes_wav_and_png(tmp_path, chord_midi, no_fluidsynth, capsys):
@@ -175,8 +172,7 @@ def test_render_score_absent_returns_none(tmp_path, chord_midi, monkeypatch):
 
 # -- real external tools: skipped where they are not installed (e.g. fresh CI machines) --------------
 
-needs_fluidsynth = pytest.mark.skipif(shutil.which("fluidsynth") is None or find_soundfont() is None,
-                                      reason="FluidSynth or a GM SoundFont not installed")
+needs_fluidsynth = pytest.mark.skipif(not tools.available("fluidsynth"), reason="FluidSynth not installed")
 
 
 @needs_fluidsynth
@@ -188,8 +184,7 @@ def test_fluidsynth_cli_renders(chord_midi):
         assert np.sqrt(np.mean(audio ** 2)) > 1e-3 and np.abs(audio).max() <= 1.0
 
 
-@pytest.mark.skipif(pyfluidsynth() is None or find_soundfont() is None,
-                    reason="pyfluidsynth or a GM SoundFont not installed")
+@pytest.mark.skipif(not tools.available("pyfluidsynth"), reason="pyfluidsynth not installed")
 def test_pyfluidsynth_renders(chord_midi):
     audio, used = synthesize(chord_midi, SR, backend="pyfluidsynth")
     assert used == "pyfluidsynth" and audio.size == round((2.25 + TAIL_SECONDS) * SR)

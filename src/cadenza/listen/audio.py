@@ -1,65 +1,38 @@
 """Audio: notes or MIDI -> mono float samples -> 16-bit WAV.
 
-Audio goes through FluidSynth with a General MIDI SoundFont when both are installed (the
-``fluidsynth`` program, else the pyfluidsynth module); otherwise through a small numpy additive
-synthesizer, so rendering never fails for want of a system package. Every backend returns the
-same length: last note end + `TAIL_SECONDS`. (symusic 0.6's Synthesizer is broken, so it is not
-used.) See docs/rendering.md. Files are written atomically through `cadenza.atomic`.
+Audio comes from the first SoundFont renderer installed, each note on its General MIDI program:
+FluidSynth with a system SoundFont (the ``fluidsynth`` program, else the pyfluidsynth module),
+then midirenderer from PyPI with the SoundFont in the pretty_midi wheel, and a small numpy additive
+synthesizer as the last resort, so rendering never fails for want of a package. Every backend
+returns the same length: last note end + `TAIL_SECONDS`; a SoundFont rendering is peak-normalised
+to `PEAK` (-1 dBFS), so no WAV clips. See docs/rendering.md. Files are written atomically.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 import wave
 from pathlib import Path
 
 import numpy as np
 
 from cadenza.atomic import atomic_path
-from cadenza.data.midi import Notes, as_notes, notes_to_score, score_to_bytes
-from cadenza.env.tools import INSTALL_HINT, find_soundfont, fluidsynth_program, pyfluidsynth
+from cadenza.data.midi import DRUMS, Notes, read_notes, score_to_notes
+
+# The choice of synthesizer lives with the other optional tools, where `cadenza doctor` reads it too;
+# it is part of this module's API.
+from cadenza.env.tools import BACKENDS, RENDERERS, choose_backend, describe_backend  # noqa: F401
+from cadenza.listen import soundfont as renderers
 
 SAMPLE_RATE = 22050
 TAIL_SECONDS = 1.0  # kept after the last note end so releases and reverb can ring out
 RELEASE_SECONDS = 0.3  # the numpy synth's release: a note fades to silence this long after its end
-BACKENDS = ("auto", "fluidsynth", "pyfluidsynth", "numpy")
-FLUIDSYNTH_GAIN = 0.6
-
-
-def choose_backend(backend: str = "auto", soundfont: str | os.PathLike | None = None) -> tuple[str, Path | None]:
-    """The synthesizer ``synthesize`` will use, and the SoundFont for it."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown synth backend {backend!r}; choose from {', '.join(BACKENDS)}")
-    if backend == "numpy":
-        return "numpy", None
-    sf = find_soundfont(soundfont)
-    have = {"fluidsynth": fluidsynth_program() is not None, "pyfluidsynth": pyfluidsynth() is not None}
-    if backend != "auto":
-        if not have[backend] or sf is None:
-            missing = "a General MIDI SoundFont" if have[backend] else backend
-            raise RuntimeError(f"{missing} is not installed ({INSTALL_HINT})")
-        return backend, sf
-    if sf is not None:
-        for name in ("fluidsynth", "pyfluidsynth"):
-            if have[name]:
-                return name, sf
-    return "numpy", None
-
-
-def fluidsynth_note(soundfont: str | os.PathLike | None = None) -> str | None:
-    """A one-line note when audio will fall back to the numpy synth, saying how to get FluidSynth."""
-    backend, _ = choose_backend("auto", soundfont)
-    if backend != "numpy":
-        return None
-    what = "no General MIDI SoundFont found" if fluidsynth_program() or pyfluidsynth() else "FluidSynth not found"
-    return f"note: {what}; using the built-in numpy synthesizer ({INSTALL_HINT})"
+PEAK = 10 ** (-1 / 20)  # -1 dBFS: a SoundFont rendering's peak after normalisation
 
 
 def n_samples(notes: Notes, sample_rate: int = SAMPLE_RATE) -> int:
     """Length of rendered audio: round((last note end + TAIL_SECONDS) * sample_rate)."""
-    return int(round((notes.duration + TAIL_SECONDS) * sample_rate))
+    return round((notes.duration + TAIL_SECONDS) * sample_rate)
 
 
 def numpy_synth(notes: Notes, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
@@ -72,10 +45,10 @@ def numpy_synth(notes: Notes, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """
     sr = sample_rate
     out = np.zeros(n_samples(notes, sr), np.float32)
-    n_rel = int(round(RELEASE_SECONDS * sr))
-    for s, e, p, v in zip(notes.start, notes.end, notes.pitch, notes.velocity):
-        i0 = int(round(s * sr))
-        n_on = max(int(round(e * sr)) - i0, 1)
+    n_rel = round(RELEASE_SECONDS * sr)
+    for s, e, p, v in zip(notes.start.tolist(), notes.end.tolist(), notes.pitch.tolist(), notes.velocity.tolist()):
+        i0 = round(s * sr)
+        n_on = max(round(e * sr) - i0, 1)
         n = min(n_on + n_rel, out.size - i0)
         if n <= 0:
             continue
@@ -114,65 +87,47 @@ def _fit_length(audio: np.ndarray, n: int, sr: int) -> np.ndarray:
     return np.concatenate((audio, np.zeros(n - audio.size, audio.dtype)))
 
 
-def _fluidsynth_cli(midi: Path, sf: Path, sr: int) -> np.ndarray:
-    with tempfile.TemporaryDirectory(prefix="cadenza-fs-") as d:
-        wav = Path(d) / "out.wav"
-        cmd = ["fluidsynth", "-ni", "-g", str(FLUIDSYNTH_GAIN), "-F", str(wav), "-T", "wav", "-O", "s16",
-               "-r", str(sr), str(sf), str(midi)]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if res.returncode != 0 or not wav.is_file():
-            raise RuntimeError(f"fluidsynth failed ({res.returncode}): {(res.stderr or res.stdout).strip()[-300:]}")
-        return read_wav(wav)[0]
+def with_programs(source) -> Notes:
+    """`Notes` from `Notes`, a symusic Score, or a MIDI path/bytes, each note keeping its track's
+    program and drums kept (`DRUMS`), so every instrument is heard as itself."""
+    if isinstance(source, Notes):
+        return source
+    if isinstance(source, (str, os.PathLike, bytes, bytearray)):
+        return read_notes(source, programs=True)[0]
+    return score_to_notes(source, programs=True)[0]
 
 
-def _pyfluidsynth_render(notes: Notes, sf: Path, sr: int, n: int) -> np.ndarray:
-    fluidsynth = pyfluidsynth()
-    synth = fluidsynth.Synth(gain=FLUIDSYNTH_GAIN, samplerate=float(sr))
-    try:
-        sfid = synth.sfload(str(sf))
-        synth.program_select(0, sfid, 0, 0)
-        on = np.rint(notes.start * sr).astype(np.int64)
-        off = np.rint(notes.end * sr).astype(np.int64)
-        times = np.concatenate((off, on))
-        kinds = np.concatenate((np.zeros(len(notes)), np.ones(len(notes))))  # offs before ons at a tie
-        pitch, vel = np.tile(notes.pitch, 2), np.tile(notes.velocity, 2)
-        chunks, now = [], 0
-        for i in np.lexsort((kinds, times)):
-            if times[i] > now:
-                chunks.append(synth.get_samples(int(times[i] - now)))
-                now = int(times[i])
-            synth.noteon(0, int(pitch[i]), int(vel[i])) if kinds[i] else synth.noteoff(0, int(pitch[i]))
-        if n > now:
-            chunks.append(synth.get_samples(n - now))
-    finally:
-        synth.delete()
-    stereo = np.concatenate(chunks).astype(np.float32).reshape(-1, 2) if chunks else np.zeros((0, 2), np.float32)
-    return stereo.mean(axis=1) / 32768.0
+def _soundfont_audio(used: str, source, notes: Notes, sf: Path, sr: int, n: int) -> np.ndarray:
+    """The named SoundFont renderer's audio of `notes`, mixed to mono, before fitting and levels."""
+    if used == "midirenderer":
+        frames = renderers.midirenderer_render(notes, sf, sr, until=n / sr)
+    elif used == "pyfluidsynth":
+        frames = renderers.pyfluidsynth_render(notes, sf, sr, n)
+    elif isinstance(source, (str, os.PathLike)):
+        frames = renderers.fluidsynth_cli(Path(source), sf, sr)  # the file itself: its pedals and controllers too
+    else:
+        frames = renderers.fluidsynth_notes(notes, sf, sr)
+    return frames.mean(axis=1)
 
 
 def synthesize(notes_or_path, sample_rate: int = SAMPLE_RATE, soundfont: str | os.PathLike | None = None,
                backend: str = "auto") -> tuple[np.ndarray, str]:
-    """Render notes (or a MIDI path / symusic Score) to mono float32 audio in [-1, 1].
+    """Render notes (or a MIDI path / bytes / symusic Score) to mono float32 audio in [-1, 1].
 
     Returns (audio, backend used). Length is always `n_samples` = round((last note end +
-    TAIL_SECONDS) * sample_rate). ``backend``: auto (FluidSynth program, then pyfluidsynth, then
-    numpy), or one of them by name (an error when it is not installed).
+    TAIL_SECONDS) * sample_rate). ``backend``: see `choose_backend`. A SoundFont renderer plays
+    each note's General MIDI program and the drums, and its audio peaks at `PEAK`; the numpy synth
+    plays every pitched note with one voice and keeps its own level (dynamics between renders).
     """
-    notes = as_notes(notes_or_path)
+    notes = with_programs(notes_or_path)
     used, sf = choose_backend(backend, soundfont)
     n = n_samples(notes, sample_rate)
-    if used == "numpy":
-        return numpy_synth(notes, sample_rate), used
-    if used == "pyfluidsynth":
-        audio = _pyfluidsynth_render(notes, sf, sample_rate, n)
-    elif isinstance(notes_or_path, (str, os.PathLike)):
-        audio = _fluidsynth_cli(Path(notes_or_path), sf, sample_rate)  # the file itself: its programs
-    else:
-        with tempfile.TemporaryDirectory(prefix="cadenza-fs-") as d:
-            midi = Path(d) / "in.mid"
-            midi.write_bytes(score_to_bytes(notes_to_score(notes)))
-            audio = _fluidsynth_cli(midi, sf, sample_rate)
-    return np.clip(_fit_length(audio.astype(np.float32), n, sample_rate), -1.0, 1.0), used
+    if used == "numpy" or not len(notes):
+        pitched = notes if notes.program is None else notes.take(notes.program != DRUMS)
+        return _fit_length(numpy_synth(pitched, sample_rate), n, sample_rate), used
+    audio = _fit_length(_soundfont_audio(used, notes_or_path, notes, sf, sample_rate, n), n, sample_rate)
+    peak = float(np.abs(audio).max(initial=0.0))
+    return (audio * np.float32(PEAK / peak) if peak > 0 else audio), used
 
 
 def write_wav(audio: np.ndarray, path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> Path:
@@ -180,20 +135,15 @@ def write_wav(audio: np.ndarray, path: str | os.PathLike, sample_rate: int = SAM
     a = np.asarray(audio, dtype=np.float64)
     a = a[:, None] if a.ndim == 1 else a
     pcm = np.rint(np.clip(a, -1.0, 1.0) * 32767).astype("<i2")
-    with atomic_path(path) as tmp:
-        with wave.open(str(tmp), "wb") as w:
-            w.setnchannels(a.shape[1])
-            w.setsampwidth(2)
-            w.setframerate(int(sample_rate))
-            w.writeframes(pcm.tobytes())
+    with atomic_path(path) as tmp, wave.open(str(tmp), "wb") as w:
+        w.setnchannels(a.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(int(sample_rate))
+        w.writeframes(pcm.tobytes())
     return Path(path)
 
 
 def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     """A 16-bit PCM WAV as mono float32 in [-1, 1] (channels averaged), and its sample rate."""
-    with wave.open(str(path), "rb") as w:
-        if w.getsampwidth() != 2:
-            raise ValueError(f"{path}: only 16-bit PCM WAV is supported, not {8 * w.getsampwidth()}-bit")
-        ch, sr, frames = w.getnchannels(), w.getframerate(), w.readframes(w.getnframes())
-    pcm = np.frombuffer(frames, "<i2").reshape(-1, ch)
-    return (pcm.mean(axis=1) / 32768.0).astype(np.float32), sr
+    frames, sr = renderers.pcm_frames(path)
+    return frames.mean(axis=1), sr

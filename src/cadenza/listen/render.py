@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadenza.data.midi import read_notes
-from cadenza.listen.audio import BACKENDS, SAMPLE_RATE, choose_backend, synthesize, write_wav
+from cadenza.listen.audio import BACKENDS, SAMPLE_RATE, describe_backend, synthesize, write_wav
 from cadenza.listen.pianoroll import piano_roll
 from cadenza.listen.score import render_score
 from cadenza.settings import setting, validate
@@ -18,7 +18,8 @@ class RenderConfig:
     """The audio settings of a render, each with its valid range."""
 
     sample_rate: int = setting(SAMPLE_RATE, ge=8000, le=192000, doc="WAV sample rate in Hz")
-    backend: str = setting("auto", choices=BACKENDS, doc="auto: FluidSynth when installed, else numpy")
+    backend: str = setting("auto", choices=BACKENDS,
+                           doc="auto: FluidSynth when installed, else midirenderer (pip), else numpy")
 
 
 def render_file(path: str | os.PathLike, wav: bool = True, png: bool = True, score: bool = False,
@@ -32,11 +33,10 @@ def render_file(path: str | os.PathLike, wav: bool = True, png: bool = True, sco
     validate(RenderConfig(sample_rate, backend))
     path = Path(path)
     out = Path(out_dir) if out_dir is not None else path.parent
-    notes = read_notes(path)[0]
+    notes = read_notes(path)[0]  # read first: a file that is not MIDI is refused before anything is written
     written: dict[str, Path] = {}
-    if wav:
-        used, _ = choose_backend(backend, soundfont)
-        audio, _ = synthesize(path if used == "fluidsynth" else notes, sample_rate, soundfont, used)
+    if wav:  # every instrument on its program: synthesize reads the file's programs and drums itself
+        audio, _ = synthesize(path, sample_rate, soundfont, backend)
         written["wav"] = write_wav(audio, out / f"{path.stem}.wav", sample_rate)
     if png:
         piano_roll(notes, out / f"{path.stem}.png", title=path.name)
@@ -50,7 +50,7 @@ def render_file(path: str | os.PathLike, wav: bool = True, png: bool = True, sco
 class RenderResult:
     written: list[dict[str, Path]] = field(default_factory=list)  # per rendered file: {"wav"|"png"|"score": path}
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason) of files that are not MIDI
-    notes: list[str] = field(default_factory=list)  # what was missing (FluidSynth, MuseScore) and how to get it
+    notes: list[str] = field(default_factory=list)  # the audio backend used; what was missing and how to get it
 
 
 def render(files, *, wav: bool = True, png: bool = True, score: bool = False,
@@ -59,13 +59,12 @@ def render(files, *, wav: bool = True, png: bool = True, score: bool = False,
     """`render_file` for one file or many; a file that cannot be read is skipped and named."""
     from cadenza.data.midi import MidiReadError
     from cadenza.env.tools import find_musescore
-    from cadenza.listen.audio import fluidsynth_note
 
     validate(RenderConfig(sample_rate, backend))
     files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     res = RenderResult()
-    if wav and backend == "auto" and (note := fluidsynth_note(soundfont)):
-        res.notes.append(note)
+    if wav:
+        res.notes.append(describe_backend(soundfont, backend))
     if score and find_musescore() is None:
         res.notes.append("note: MuseScore 3 not found, no score PNG (apt-get install musescore3)")
     for f in files:
