@@ -89,8 +89,8 @@ def check_environment(r: Run) -> dict:
     if p.returncode not in (0, 1):  # 1 is a finding, reported below; anything else is doctor failing
         raise AssertionError(f"cadenza doctor exited {p.returncode}: {p.stderr[-2000:]}")
     doc = json.loads(p.stdout)
-    out = {"doctor_exit_code": doc["exit_code"], "smoke": doc["report"].get("smoke"),
-           "findings": [f"{d['severity']} {d['code']}: {d['message']}" for d in doc["diagnoses"] if d["severity"] != "ok"]}
+    findings = [f"{d['severity']} {d['code']}: {d['message']}" for d in doc["diagnoses"] if d["severity"] != "ok"]
+    out = {"doctor_exit_code": doc["exit_code"], "smoke": doc["report"].get("smoke"), "findings": findings}
     if r.cuda:
         cc = torch.cuda.get_device_capability(r.device)
         smi = (doc["report"].get("nvidia_smi") or {}).get("gpus") or [{}]
@@ -264,7 +264,7 @@ def timed_steps(r: Run, overrides: list[str], batch: int, steps: int, ckpt: bool
     if r.cuda:
         torch.cuda.reset_peak_memory_stats(r.device)
     times = []
-    for i in range(steps + 1):  # the first step pays for allocations and kernel choice
+    for _ in range(steps + 1):  # the first step pays for allocations and kernel choice
         sync(r.device)
         t0 = time.perf_counter()
         with autocast(r.device, r.half):
@@ -287,7 +287,8 @@ def check_attention_2048(r: Run) -> dict:
     from cadenza.models import attention
 
     batch, steps = (1, 1) if r.dry else (8, 3)
-    out = {"relative": timed_steps(r, [], batch, steps), "relative_checkpointed": timed_steps(r, [], batch, steps, True),
+    out = {"relative": timed_steps(r, [], batch, steps),
+           "relative_checkpointed": timed_steps(r, [], batch, steps, ckpt=True),
            "rope": timed_steps(r, ['attention="rope"'], batch, steps), "blocks": {}, "gpu_block": attention.GPU_BLOCK}
     chosen = attention.GPU_BLOCK
     try:
@@ -340,7 +341,8 @@ def check_ddp(r: Run) -> dict:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=ENV)
     assert p.returncode == 0, p.stderr[-2000:]
     m = metrics(out)
-    return {"steps": len(m), "loss": f"{m[0]['loss']:.3f} -> {m[-1]['loss']:.3f}", "tokens_per_s": m[-1]["tokens_per_s"]}
+    return {"steps": len(m), "loss": f"{m[0]['loss']:.3f} -> {m[-1]['loss']:.3f}",
+            "tokens_per_s": m[-1]["tokens_per_s"]}
 
 
 CHECKS = [check_environment, check_matmul_peak, check_store, check_train_resume, check_precisions, check_lstm_bf16,
@@ -356,13 +358,13 @@ def run_checks(r: Run) -> int:
             entry = {"status": "ok", **check(r)}
         except Skip as e:
             entry = {"status": "skipped", "why": str(e)}
-        except Exception as e:  # noqa: BLE001 - one broken path must not hide the others
+        except Exception as e:  # one broken path must not hide the others
             entry = {"status": "fail", "why": f"{type(e).__name__}: {e}"[:2000],
                      "trace": traceback.format_exc().splitlines()[-6:]}
         r.report["checks"][name] = {**entry, "seconds": round(time.time() - t0, 1)}
         r.path.write_text(json.dumps(r.report, indent=2, default=str))
-        print(f"{name:16} {entry['status']:8} {json.dumps({k: v for k, v in entry.items() if k != 'status'}, default=str)[:300]}",
-              flush=True)
+        numbers = json.dumps({k: v for k, v in entry.items() if k != "status"}, default=str)
+        print(f"{name:16} {entry['status']:8} {numbers[:300]}", flush=True)
     return int(any(c["status"] == "fail" for c in r.report["checks"].values()))
 
 
@@ -382,9 +384,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
-    report = {"dry_run": a.dry_run, "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-              "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if device.type == "cuda" else [],
-              "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"), "checks": {}}
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if device.type == "cuda" else []
+    report = {"dry_run": a.dry_run, "torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
+              "python": platform.python_version(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "checks": {}}
     r = Run(device, a.dry_run, work, report, out / "gpu_check.json",
             half="bf16" if device.type == "cpu" or cuda_supports_bf16(device) else "fp16")
     try:

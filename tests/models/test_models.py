@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from cadenza.models.config import ModelConfig
 from cadenza.models import build_model
 from cadenza.models.attention import blockwise_attention
+from cadenza.models.config import ModelConfig
 
 VARIANTS = [("transformer", "relative"), ("transformer", "rope"), ("transformer", "absolute"), ("lstm", "relative")]
 

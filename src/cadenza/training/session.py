@@ -21,7 +21,8 @@ from cadenza.data.dataset import StepSampler, WindowDataset, fixed_windows
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
 from cadenza.env.device import DistInfo, loader_workers, resolve_precision
-from cadenza.models import build_model, checkpoint as ckpt
+from cadenza.models import build_model
+from cadenza.models import checkpoint as ckpt
 from cadenza.models.config import ModelConfig
 from cadenza.training.config import RunConfig
 from cadenza.training.runlog import RunLog, say

@@ -30,7 +30,8 @@ from cadenza.data.statistics import polyphony_stats
 from cadenza.env.device import DistInfo, autocast, cleanup_distributed, enable_tf32, setup_distributed
 from cadenza.env.record import command_line
 from cadenza.evaluation.nll import window_loss
-from cadenza.models import checkpoint as ckpt, count_parameters
+from cadenza.models import checkpoint as ckpt
+from cadenza.models import count_parameters
 from cadenza.models.loss import inputs_targets
 from cadenza.training.config import RunConfig, resolve
 from cadenza.training.runlog import RunLog, say
