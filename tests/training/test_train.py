@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cadenza.models import checkpoint as ckpt
-from cadenza.training.config import presets, resolve
 from cadenza.data.prepare import prepare
 from cadenza.models import build_model, count_parameters
+from cadenza.models import checkpoint as ckpt
+from cadenza.training.config import presets, resolve
 from cadenza.training.trainer import NonFiniteLoss, train
 
 SMALL = ["context=64", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64", "batch_size=4", "warmup_steps=2",
@@ -150,9 +150,9 @@ def _ddp_worker(rank: int, world: int, init: str, store: str, out: str) -> None:
     import torch.distributed as dist
 
     from cadenza.data.dataset import StepSampler, WindowDataset
-    from cadenza.models.loss import inputs_targets
-    from cadenza.models import build_model
     from cadenza.data.store import TokenStore
+    from cadenza.models import build_model
+    from cadenza.models.loss import inputs_targets
 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     c = cfg("dropout=0.0")
@@ -175,9 +175,9 @@ def _ddp_worker(rank: int, world: int, init: str, store: str, out: str) -> None:
 
 def test_two_process_gloo_ddp_gives_the_single_process_gradients(store, tmp_path):
     from cadenza.data.dataset import StepSampler, WindowDataset
-    from cadenza.models.loss import inputs_targets
-    from cadenza.models import build_model
     from cadenza.data.store import TokenStore
+    from cadenza.models import build_model
+    from cadenza.models.loss import inputs_targets
 
     out = tmp_path / "ddp.pt"
     torch.multiprocessing.spawn(_ddp_worker, args=(2, f"file://{tmp_path / 'init'}", str(store), str(out)),
