@@ -167,7 +167,8 @@ def test_corpus_specs_label_pieces_and_keep_their_origin(fake_corpus, tmp_path):
 
 def test_a_shipped_model_is_found_by_name_and_plays_by_default(run, tmp_path, monkeypatch, capsys):
     from cadenza.cli import main
-    from cadenza.models import checkpoint as ckpt, zoo
+    from cadenza.models import checkpoint as ckpt
+    from cadenza.models import zoo
 
     monkeypatch.setattr(zoo, "shipped_root", lambda: tmp_path / "shipped")
     folder = zoo.export(run, tmp_path / "shipped" / zoo.DEFAULT)

@@ -8,24 +8,25 @@ Errors a user can fix (a bad setting, a missing file, a corrupt input) end as on
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from cadenza import __version__
+from cadenza.cli.common import VerbParser
+from cadenza.settings import SettingError
 
 VERBS = ("prepare", "corpora", "train", "generate", "models", "render", "evaluate", "serve", "bench", "doctor",
          "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     p = argparse.ArgumentParser(
         prog="cadenza",
         description="From a folder of MIDI files to a trained music model and new music.",
         epilog="Start with `cadenza demo`, or `cadenza prepare --corpus bach --out data/bach`.",
     )
     p.add_argument("--version", action="version", version=f"cadenza {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=VerbParser)
     for verb in VERBS:
         s = importlib.import_module(f"cadenza.cli.{verb}").register(sub)
         s.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -45,18 +46,18 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     return args
 
 
-def _flag(parser: argparse.ArgumentParser, command: str, field: str) -> str:
-    """`top_p` -> `--top-p` when the verb has that flag, else the setting's own name."""
+def _flag(parser: argparse.ArgumentParser, args: argparse.Namespace, field: str) -> str:
+    """The flag the user gave for setting `field` (`top_p` -> `--top-p`), else the setting's own
+    name (it came from a key=value override, a config file or a preset)."""
     flag = "--" + field.replace("_", "-")
-    for action in parser._subparsers._group_actions[0].choices[command]._actions:  # noqa: SLF001
-        if flag in action.option_strings:
-            return flag
+    for action in parser._subparsers._group_actions[0].choices[args.command]._actions:
+        if (action.dest == field or flag in action.option_strings) and action.option_strings \
+                and getattr(args, action.dest, None) is not None:
+            return action.option_strings[0]
     return field
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cadenza.settings import SettingError
-
     parser = build_parser()
     args = parse_args(argv, parser)
     if not getattr(args, "func", None):
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "debug", False):
             raise
         if isinstance(e, SettingError):
-            msg = f"{_flag(parser, args.command, e.field)} {e.reason}"
+            msg = f"{_flag(parser, args, e.field)} {e.reason}"
         else:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if isinstance(e, KeyError):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
-from cadenza.cli.common import add_verb
+from cadenza.cli.common import add_settings, add_verb
+from cadenza.generation.config import SamplingConfig
 
 EPILOG = """examples:
   cadenza generate --style irish --seconds 30 --render          # the shipped style model
@@ -22,55 +24,22 @@ def register(sub) -> argparse.ArgumentParser:
                  epilog=EPILOG)
     p.add_argument("--checkpoint", help="run folder, RUN/checkpoints/step-N or a shipped model's name "
                                          "(default: the shipped style model, see `cadenza models`)")
-    p.add_argument("--style", help="play in this style (see `cadenza models` for the styles of each model)")
-    p.add_argument("--guidance", type=float, help="classifier-free guidance (default 1; 1.5-3 follows the "
-                                                  "style more strongly)")
-    p.add_argument("--primer", help="a MIDI file to continue")
-    p.add_argument("--primer-seconds", type=float, help="use only the primer's first S seconds")
-    p.add_argument("--num-samples", type=int, help="pieces to generate (default 1)")
-    length = p.add_mutually_exclusive_group()
-    length.add_argument("--max-tokens", type=int, help="new tokens per sample (default 1024)")
-    length.add_argument("--seconds", type=float, help="new music per sample, in seconds")
-    p.add_argument("--temperature", type=float, help="default 1.0; lower is safer, higher is wilder")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--seed", type=int, help="default 0")
-    p.add_argument("--max-polyphony", type=int,
-                   help="at most this many notes sounding at once (default: the 99th percentile of the "
-                        "style's training data, as the checkpoint records it; 0: no limit)")
-    p.add_argument("--max-note-seconds", type=float,
-                   help="release any note that has sounded this long (default: the 99.9th percentile of note "
-                        "lengths in the training data, so no stuck notes from a young model; 0: no limit)")
-    p.add_argument("--unconstrained", action="store_true", help="no grammar mask (the decoder still repairs)")
-    p.add_argument("--no-eos", action="store_true",
-                   help="never end a piece early: every sample runs to --seconds / --max-tokens")
-    p.add_argument("--batch-size", type=int, help="samples generated together (default 8)")
-    p.add_argument("--no-compile", action="store_true",
-                   help="decode eagerly: skip the compiled decode step (by default it is built once per model and "
-                        "batch size, tens of seconds, then loaded from ~/.cache/cadenza/decode)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")
     p.add_argument("--out", default="samples", help="folder for sample-NNN.mid and generation.json")
     p.add_argument("--render", action="store_true", help="also write WAV and piano-roll PNG for each sample")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_settings(p, SamplingConfig, "sampling settings",
+                 "The fields of SamplingConfig, as cadenza.generate() and the studio take them.")
     p.set_defaults(func=run)
     return p
 
 
 def run(a: argparse.Namespace) -> int:
-    from dataclasses import fields
-
-    from cadenza.generation.config import SamplingConfig
+    # lazy: it imports torch, which `cadenza --help` and the other verbs must not wait for
     from cadenza.generation.generate import generate
 
-    # each flag's dest is its SamplingConfig field, which validates it and names the flag when it is off
-    names = {f.name for f in fields(SamplingConfig)}
-    settings = {k: v for k, v in vars(a).items() if k in names and v is not None}
-    if a.unconstrained:
-        settings["constrained"] = False
-    if a.no_eos:
-        settings["stop_at_eos"] = False
-    if a.no_compile:
-        settings["compile"] = False
+    # each flag's dest is its SamplingConfig field, which validates it (and the error names the flag)
+    settings = {f.name: getattr(a, f.name) for f in fields(SamplingConfig) if getattr(a, f.name) is not None}
     g = generate(a.checkpoint, settings, out=a.out, device=a.device, render=a.render, progress=not a.quiet)
     for path, s in zip(g.paths, g.stats):
         secs = f"{s['seconds']:.1f} s" if s["seconds"] is not None else "? s"

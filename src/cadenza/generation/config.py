@@ -26,7 +26,7 @@ class SamplingConfig:
                                      doc="new tokens per sample (default 1024)")
     seconds: float | None = setting(None, gt=0, le=3600, exclusive="length", doc="new music per sample, in seconds")
     temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
-    top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only (1: greedy)")
+    top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only; 1 is greedy")
     top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: sample among the smallest set of tokens whose "
                                                         "probability reaches p")
     seed: int = setting(0, ge=0, lt=2**32, doc="the same seed gives the same MIDI, bit for bit, on the same machine")
@@ -46,7 +46,7 @@ class SamplingConfig:
                             "float32 transformer on the CPU): built once per model and batch size, tens of "
                             "seconds, then loaded from a disk cache")
 
-    def validate(self) -> "SamplingConfig":
+    def validate(self) -> SamplingConfig:
         """Check every setting once, before sampling: the decoding loop and its filters trust them."""
         validate(self)
         if self.max_tokens is not None and self.seconds is not None:
@@ -70,5 +70,5 @@ class SamplingConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SamplingConfig":
+    def from_dict(cls, d: dict[str, Any]) -> SamplingConfig:
         return from_dict(cls, d, "sampling").validate()

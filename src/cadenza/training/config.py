@@ -23,38 +23,43 @@ from cadenza.settings import from_dict, setting, validate
 @dataclass
 class TrainConfig:
     batch_size: int = setting(16, ge=1, doc="sequences per optimizer step per process (before accumulation)")
-    grad_accum: int = setting(1, ge=1)
-    lr: float = setting(1e-3, gt=0)
-    min_lr: float = setting(1e-4, ge=0)
-    warmup_steps: int = setting(100, ge=0)
-    max_steps: int = setting(5000, ge=1)
-    max_minutes: float = setting(0.0, ge=0, doc="wall-clock budget; 0 = none. The cosine schedule then ends with it")
+    grad_accum: int = setting(1, ge=1, doc="micro-batches summed into one optimizer step (a larger batch in the "
+                                            "same memory)")
+    lr: float = setting(1e-3, gt=0, doc="peak learning rate (AdamW), reached after the warm-up")
+    min_lr: float = setting(1e-4, ge=0, doc="learning rate at the end of the cosine schedule")
+    warmup_steps: int = setting(100, ge=0, doc="steps of linear learning-rate warm-up")
+    max_steps: int = setting(5000, ge=1, doc="optimizer steps to train for")
+    max_minutes: float = setting(0.0, ge=0, doc="stop (and save) after this much wall time; 0 = none. The cosine "
+                                                "schedule then ends with it")
     lr_horizon: int = setting(0, ge=0, doc="steps the cosine schedule spans; 0 = max_steps")
-    weight_decay: float = setting(0.1, ge=0)
-    beta1: float = setting(0.9, ge=0, lt=1)
-    beta2: float = setting(0.99, ge=0, lt=1)
-    grad_clip: float = setting(1.0, gt=0)
-    precision: str = setting("auto", choices=PRECISIONS)
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps (checked by env.device.pick_device)
-    compile: bool = False
-    grad_checkpoint: bool = False
-    deterministic: bool = False
-    seed: int = setting(0, ge=0)
+    weight_decay: float = setting(0.1, ge=0, doc="AdamW weight decay")
+    beta1: float = setting(0.9, ge=0, lt=1, doc="AdamW's first-moment decay")
+    beta2: float = setting(0.99, ge=0, lt=1, doc="AdamW's second-moment decay")
+    grad_clip: float = setting(1.0, gt=0, doc="clip the gradient's norm to this")
+    precision: str = setting("auto", choices=PRECISIONS,
+                             doc="auto: bf16 where the device does it natively, fp16 on older GPUs, else fp32")
+    device: str = setting("auto", doc="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps")  # pick_device checks it
+    compile: bool = setting(False, doc="torch.compile the model")
+    grad_checkpoint: bool = setting(False, doc="recompute activations per block (less memory, more time)")
+    deterministic: bool = setting(False, doc="PyTorch deterministic algorithms (slower; see docs/reproducibility.md)")
+    seed: int = setting(0, ge=0, doc="seeds the weights, the order of the windows and the augmentation")
     transpose: int = setting(0, ge=0, le=24, doc="+- semitones of pitch augmentation")
     stretch: float = setting(0.0, ge=0, lt=1, doc="+- fraction of time-stretch augmentation")
-    num_workers: int = setting(0, ge=0)
-    eval_every: int = setting(200, ge=1)
-    eval_windows: int = setting(64, ge=1)
-    log_every: int = setting(10, ge=1)
-    save_every: int = setting(500, ge=1)
-    keep_last: int = setting(2, ge=1)
+    num_workers: int = setting(0, ge=0, doc="data-loading processes (0: in the training process)")
+    eval_every: int = setting(200, ge=1, doc="steps between validations (and best-checkpoint checks)")
+    eval_windows: int = setting(64, ge=1, doc="validation windows scored at each validation")
+    log_every: int = setting(10, ge=1, doc="steps between two lines of the training log")
+    save_every: int = setting(500, ge=1, doc="steps between checkpoints")
+    keep_last: int = setting(2, ge=1, doc="checkpoints kept besides the best")
     sample_tokens: int = setting(256, ge=0, doc="sample logged to TensorBoard at each validation; 0 = none")
     patience: int = setting(0, ge=0, doc="stop after this many validations without a new best; 0 = never")
-    init: str | None = setting(None, doc="start from this model: a run, a checkpoint or a shipped model's name")
+    init: str | None = setting(None, doc="start from this model (a run, a checkpoint, or a shipped model's name "
+                                         "such as styles): its architecture and weights; new styles get new "
+                                         "style tokens")
     style_dropout: float = setting(0.1, ge=0, le=1, doc="share of windows whose style token is NO_STYLE")
     balance_styles: bool = setting(True, doc="each style equally often, whatever its size")
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         return validate(self)
 
 
@@ -67,11 +72,11 @@ class RunConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         return cls(model=from_dict(ModelConfig, d.get("model", {}), "model"),
                    train=from_dict(TrainConfig, d.get("train", {}), "training"))
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         self.model.validate()
         self.train.validate()
         return self
@@ -115,25 +120,30 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _section(key: str, item: str) -> tuple[str, str]:
+    """(section, name) of `section.name` or of an unambiguous bare setting name."""
+    section, _, name = key.rpartition(".")
+    if not section:
+        in_model = name in {f.name for f in fields(ModelConfig)}
+        in_train = name in {f.name for f in fields(TrainConfig)}
+        if in_model and in_train:
+            raise ValueError(f"{name!r} is ambiguous: write model.{name}= or train.{name}=")
+        if not (in_model or in_train):
+            raise ValueError(f"unknown setting {name!r}")
+        section = "model" if in_model else "train"
+    if section not in ("model", "train"):
+        raise ValueError(f"unknown section {section!r} in {item!r} (use model. or train.)")
+    return section, name
+
+
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`section.key=value` or unambiguous `key=value`; values parsed as JSON when they parse."""
     d = merge({"model": {}, "train": {}}, d)
-    owners = {f.name: "model" for f in fields(ModelConfig)}
-    owners.update({f.name: "train" for f in fields(TrainConfig)})
-    shared = {f.name for f in fields(ModelConfig)} & {f.name for f in fields(TrainConfig)}
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value")
         key, raw = item.split("=", 1)
-        section, _, name = key.rpartition(".")
-        if not section:
-            if name in shared:
-                raise ValueError(f"{name!r} is ambiguous: write model.{name}= or train.{name}=")
-            if name not in owners:
-                raise ValueError(f"unknown setting {name!r}")
-            section = owners[name]
-        if section not in ("model", "train"):
-            raise ValueError(f"unknown section {section!r} in {item!r} (use model. or train.)")
+        section, name = _section(key, item)
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -145,7 +155,7 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
 def resolve(preset: str | None = "tiny", config_file: str | None = None, overrides: list[str] = (), *,
             run_dir: str | Path | None = None, **direct: Any) -> RunConfig:
     """preset (or the saved config of `run_dir`, to resume it) < config file < direct keyword
-    settings (from named CLI flags) < key=value overrides."""
+    settings (from named CLI flags; None leaves a setting as it is) < key=value overrides."""
     if run_dir is not None:
         saved = Path(run_dir) / "config.json"
         if not saved.exists():
@@ -155,6 +165,10 @@ def resolve(preset: str | None = "tiny", config_file: str | None = None, overrid
         d = load_preset(preset) if preset else {}
     if config_file:
         d = merge(d, load_file(config_file))
-    d = apply_overrides(d, [f"{k}={json.dumps(v)}" for k, v in direct.items() if v is not None])
+    d = merge({"model": {}, "train": {}}, d)
+    for key, value in direct.items():
+        if value is not None:
+            section, name = _section(key, key)
+            d[section][name] = value
     d = apply_overrides(d, list(overrides))
     return RunConfig.from_dict(d).validate()
