@@ -9,14 +9,14 @@ import pytest
 import symusic
 import torch
 
-from cadenza.models.config import ModelConfig
-from cadenza.evaluation.nll import token_nll, windows_for
+from cadenza.data.tokenizers import PerformanceTokenizer
 from cadenza.data.tokenizers.grammar import PerformanceGrammar
-from cadenza.models import build_model
+from cadenza.evaluation.nll import token_nll, windows_for
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.filters import filter_logits, top_k_filter, top_p_filter
 from cadenza.generation.sampler import generate_ids
-from cadenza.data.tokenizers import PerformanceTokenizer
+from cadenza.models import build_model
+from cadenza.models.config import ModelConfig
 
 TOK = PerformanceTokenizer()
 

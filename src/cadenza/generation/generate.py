@@ -13,19 +13,25 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from cadenza.atomic import write_json
 from cadenza.data.midi import write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.env.device import pick_device
+from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.sampler import generate_ids, sample_seeds
+from cadenza.listen.render import render_file
 from cadenza.models import checkpoint as ckpt
+from cadenza.models.zoo import DEFAULT, resolve_model
 
 
 @dataclass
@@ -38,7 +44,7 @@ class Prompt:
     ids: list[int]
 
     @classmethod
-    def build(cls, meta: dict, cfg: SamplingConfig) -> "Prompt":
+    def build(cls, meta: dict, cfg: SamplingConfig) -> Prompt:
         """The prompt of `cfg` (style, primer) for the checkpoint `meta` describes."""
         tok = tokenizer_from_dict(meta["tokenizer"])
         if cfg.seconds is not None and not tok.has_clock:
@@ -88,9 +94,6 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
     num_samples=4, out="samples")``: keywords are `SamplingConfig` fields and override `config`.
     Returns symusic scores, ids and statistics.
     """
-    from cadenza.env.device import pick_device
-    from cadenza.models.zoo import DEFAULT, resolve_model
-
     cfg = sampling_config(config, **settings)
     dev = pick_device(device)
     model, meta = ckpt.load_model(resolve_model(checkpoint if checkpoint is not None else DEFAULT), dev)
@@ -143,8 +146,6 @@ def _sample(model, prompt: Prompt, cfg: SamplingConfig, dev, progress: bool, on_
     (`seed`, i), so it is the same whatever the batch size or number of samples. Also returns
     whether every batch decoded with the compiled step, and the seconds spent getting it (a build
     on the first run, a load from the disk cache after)."""
-    from tqdm import tqdm
-
     out: list[list[int]] = []
     compiled, setup = True, 0.0
     budget = cfg.token_budget()
@@ -169,8 +170,6 @@ def _fast_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
     """The compiled decode step for `rows` rows where it applies (None: decode eagerly)."""
     if not (cfg.compile and cfg.use_cache):
         return None
-    from cadenza.generation import compiled
-
     return compiled.decoder(model, rows, build_missing=build)
 
 
@@ -210,7 +209,5 @@ def _write(result: Generation, out: Path, render: bool) -> None:
     write_json(out / "generation.json", {"settings": result.config.to_dict(), "run": result.run, "samples": [
         {"file": p.name, **s} for p, s in zip(result.paths, result.stats)]})
     if render:
-        from cadenza.listen.render import render_file
-
         for p in result.paths:
             render_file(p, wav=True, png=True)

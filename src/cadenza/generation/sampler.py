@@ -10,7 +10,7 @@ MusicTransformer-Pytorch samples), which the tests use as the reference.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

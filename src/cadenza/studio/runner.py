@@ -18,8 +18,11 @@ from typing import Any
 
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
+from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import Generation, Prompt, sample
+from cadenza.generation.sampler import warm_window_slide
+from cadenza.listen.audio import synthesize, write_wav
 from cadenza.studio.jobs import Job
 from cadenza.studio.registry import Registry
 
@@ -79,8 +82,6 @@ class Runner:
 
     def _write(self, job: Job, gen: Generation) -> dict[str, Any]:
         """sample-K.mid and sample-K.wav per variation, and job.json, into the job's folder."""
-        from cadenza.listen.audio import synthesize, write_wav
-
         variations = []
         with atomic_dir(self.data / "jobs" / job.id) as tmp:
             for k, (score, notes, stats) in enumerate(zip(gen.scores, gen.notes, gen.stats)):
@@ -173,8 +174,6 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
 
 def _warm_eager(registry: Registry, model_id: str, rows):
     """The model with a window slide fed for every row count, or None (and why, in the log)."""
-    from cadenza.generation.sampler import warm_window_slide
-
     try:
         model, meta = registry.load(model_id)
         for r in rows:
@@ -188,14 +187,10 @@ def _warm_eager(registry: Registry, model_id: str, rows):
 def _warm(model, rows) -> str:
     """Getting the compiled step for the loaded `model` (None: it did not load); -> "ready", or
     "eager: " and why."""
-    from cadenza.generation import compiled
-
     if model is None:
         return "eager: no model"
-    if reason := compiled.available():  # the machine's reason
-        return f"eager: {reason}"
     try:
-        if reason := compiled.unavailable_for(model):
+        if reason := compiled.unavailable_for(model):  # the machine's reason, else the model's
             return f"eager: {reason}"
         for r in rows:
             if compiled.load(model, r, quiet=True) is None:  # a failed build has warned with its reason
