@@ -24,9 +24,6 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
-    from cadenza.env.allocator import restart_without_tcache
-
-    restart_without_tcache()  # a server runs for hours: its memory must hold still (returns if no restart)
     from cadenza.studio.server import serve
 
     serve(a.host, a.port, a.runs, a.data, a.device, a.jobs, compile=not a.no_compile)

@@ -1,15 +1,11 @@
 """Generation jobs: a bounded queue, a bounded number running at once, events to stream, cancelling.
 
-A job moves queued -> running -> done | failed | cancelled. Everything that happens to it is an
-event appended to `job.events` (a progress step, new notes, the result); a client streams them from
-any index, so a late listener still gets the whole story. Cancelling sets a flag the running job
-checks after every token, so a cancelled job frees its worker within one step.
-
-What a job keeps in memory stays small and bounded: an event is kept as the bytes of its server-sent
-event (encoded once, and sent as they are to every listener), a `notes` event replaces the previous
-one of its variation (each carries all the notes so far), only the newest finished jobs stay in
-memory (all of them stay on disk), and after each job its reference cycles are freed
-(`release_memory`).
+A job moves queued -> running -> done | failed | cancelled, each move made under the queue's lock.
+Everything that happens to it is an event appended to `job.events` (a progress step, new notes, the
+result); a client streams them from any index, so a late listener still gets the whole story.
+Cancelling sets a flag the running job checks after every token, so it frees its worker within a
+step. What stays in memory is bounded: a `notes` event replaces the previous one of its variation
+(each holds all the notes so far), and only the newest finished jobs are kept (all stay on disk).
 """
 
 from __future__ import annotations
@@ -19,10 +15,11 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from cadenza.env.allocator import release_memory
+from cadenza.studio import memory
 
 FINISHED = ("done", "failed", "cancelled")
 
@@ -49,12 +46,12 @@ class Job:
     result: dict[str, Any] | None = None
     events: list[bytes | None] = field(default_factory=list)  # server-sent events; None: superseded
     cancel_requested: bool = False  # set by `JobQueue.cancel`, read by the worker after every token
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)  # an event came
     _latest_notes: dict[int, int] = field(default_factory=dict, repr=False)  # variation -> index in events
 
     def emit(self, kind: str, **data: Any) -> None:
         text = json.dumps({"event": kind, "t": round(time.time() - self.created, 3), **data})
-        with self._lock:
+        with self._changed:
             index = len(self.events)
             if kind == "notes":  # the newest notes event of a variation holds all its notes so far
                 before = self._latest_notes.get(data["variation"])
@@ -63,14 +60,13 @@ class Job:
                 self._latest_notes[data["variation"]] = index
             # its id is its position + 1: a client that reconnects asks for what came after it
             self.events.append(f"id: {index + 1}\nevent: {kind}\ndata: {text}\n\n".encode())
+            self._changed.notify_all()
 
-    def wait(self, after: int, timeout: float) -> None:
-        """Return when there are more than `after` events, or after `timeout` seconds. It polls, as
-        the server's event stream does: a Condition or an Event allocates a 528-byte block, and those
-        of job records outlived the rest of a job's memory and scattered over the heap."""
-        end = time.monotonic() + timeout
-        while len(self.events) <= after and time.monotonic() < end:
-            time.sleep(0.01)
+    def wait(self, after: int, timeout: float) -> bool:
+        """Whether the job has more than `after` events, waiting up to `timeout` seconds for them (a job
+        that finishes emits its last event, so this also waits for the end)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self.events) > after, timeout)
 
     def check(self) -> None:
         if self.cancel_requested:
@@ -111,11 +107,15 @@ class JobQueue:
         return self._jobs[job_id]
 
     def cancel(self, job_id: str) -> Job:
-        job = self._jobs[job_id]
-        if job.status not in FINISHED:
-            job.cancel_requested = True
-            if job.status == "queued":  # never started: it ends now; the worker will skip it
-                self._finish(job, "cancelled")
+        with self._lock:  # a worker takes a queued job under the same lock: never both
+            job = self._jobs[job_id]
+            never_started = job.status == "queued"
+            if job.status not in FINISHED:
+                job.cancel_requested = True
+            if never_started:  # it ends now; the worker will skip it
+                job.status = "cancelled"
+        if never_started:
+            self._finish(job, "cancelled")
         return job
 
     def running(self) -> int:
@@ -125,9 +125,10 @@ class JobQueue:
     def _work(self) -> None:
         while True:
             job = self._waiting.get()
-            if job.status != "queued":
-                continue
-            job.status, job.started = "running", time.time()
+            with self._lock:
+                if job.status != "queued":  # cancelled while it waited
+                    continue
+                job.status, job.started = "running", time.time()
             job.emit("started")
             try:
                 job.result = self._run(job)
@@ -137,11 +138,11 @@ class JobQueue:
             except Exception as e:  # a job's failure is reported to its client, never kills the server
                 job.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self._finish(job, "failed")
-            release_memory()
+            memory.collect_after_job()
 
     def _finish(self, job: Job, status: str) -> None:
-        job.status, job.finished = status, time.time()
         with self._lock:  # at most `keep_finished` between bursts too, not only when the next job comes
+            job.status, job.finished = status, time.time()
             self._forget_old()
         extra = {"result": job.result} if job.result else {"error": job.error} if job.error else {}
         job.emit(status, **extra)

@@ -1,10 +1,18 @@
-"""`cadenza.serve`: run the studio with uvicorn, on 127.0.0.1 unless told otherwise."""
+"""`cadenza serve`: run the studio with uvicorn, on 127.0.0.1 unless told otherwise; and `launch`,
+the same command in a process of its own, for tests, benchmarks and tools."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
 import sys
 import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -24,9 +32,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     exposes the studio (and its CPU) to the network, so it is said out loud. The default model is
     warmed up in the background after start: a window slide fed through it and, with `compile`, its
     compiled decode step built (or loaded from the disk cache)."""
-    from cadenza.env.allocator import fill_numpy_cache, freeze_long_lived, settle_allocator
+    from cadenza.studio import memory
 
-    settle_allocator()  # before torch loads and worker threads start: memory stays flat for hours
+    memory.settle_malloc()  # before worker threads start and torch allocates its first buffers
     import torch
     import uvicorn
 
@@ -44,8 +52,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     from cadenza.models.zoo import DEFAULT
     from cadenza.studio.runner import warm_up
 
-    fill_numpy_cache()
-    freeze_long_lived()  # what is loaded now lives as long as the server: no collection walks it again
+    memory.freeze_startup_objects()  # what is loaded now lives as long as the server
     if compile:
         app.state.warm["compiled_step"] = "building"  # before the thread runs: a client polling now must wait
     threading.Thread(target=warm_up, args=(app.state.registry, DEFAULT),
@@ -53,3 +60,55 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
           f"(API docs at /docs; data in {folder}; Ctrl-C to stop)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@dataclass
+class Launched:
+    """A `cadenza serve` started by `launch`: its process, its address and how long it took to answer."""
+    process: subprocess.Popen
+    url: str
+    start_seconds: float
+
+
+@contextlib.contextmanager
+def launch(data: str | os.PathLike, *options: str, env: dict | None = None,
+           timeout: float = 120.0) -> Iterator[Launched]:
+    """`cadenza serve OPTIONS` as a user starts it, in its own process on a free port of 127.0.0.1
+    with the data folder `data`, once /api/health answers (within `timeout` seconds, else
+    RuntimeError with the end of its log); stopped on leaving. Its log is `data`/server.log: a pipe
+    nobody reads would block the server once full."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    Path(data).mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", str(data), *options]
+    with open(Path(data) / "server.log", "w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            started = _answered(proc, f"http://127.0.0.1:{port}", timeout)
+            if started is None:
+                log.seek(0)
+                why = f"exited ({proc.returncode})" if proc.poll() is not None else f"did not answer in {timeout:g} s"
+                raise RuntimeError(f"cadenza serve {why}: {log.read()[-800:]}")
+            yield Launched(proc, f"http://127.0.0.1:{port}", started)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _answered(proc: subprocess.Popen, url: str, timeout: float) -> float | None:
+    """Seconds until `url`/api/health answered; None if the process ended or `timeout` passed first."""
+    t0 = time.monotonic()
+    while proc.poll() is None and time.monotonic() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(f"{url}/api/health", timeout=1) as r:
+                if r.status == 200:
+                    return time.monotonic() - t0
+        except OSError:  # not listening yet (URLError is an OSError)
+            pass
+        time.sleep(0.1)
+    return None
