@@ -7,12 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-from cadenza.data.anticipation import AnticipationWindows, TaskMix, melody, top_line
-from cadenza.data.midi import DRUMS
+from cadenza.data.anticipation import (
+    AnticipationWindows,
+    TaskMix,
+    accompany_request,
+    choose_controls,
+    infill_request,
+    melody,
+    top_line,
+)
+from cadenza.data.midi import DRUMS, Notes
 from cadenza.data.prepare import prepare
 from cadenza.data.store import TokenStore
-from cadenza.data.tokenizers.note_grammar import Plan
-from cadenza.data.tokenizers.notes import DURATIONS, GridNotes, NoteTokenizer
+from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes, Plan
+from cadenza.data.tokenizers.notes import NoteTokenizer
 
 tok = NoteTokenizer()
 
@@ -74,8 +82,6 @@ def _plans(store):
     for k in range(len(ds.pieces)):
         g = ds.notes(k).take(slice(0, 150))
         for task in ("autoregress", "infill", "accompany"):
-            from cadenza.data.anticipation import choose_controls
-
             given = choose_controls(g, task, rng)
             controls = g.take(given) if given is not None else GridNotes.empty()
             controls.velocity = np.zeros_like(controls.velocity)
@@ -121,10 +127,8 @@ def test_no_sequence_drawn_under_the_masks_is_ill_formed(store):
             assert ((notes.onset <= t) & (notes.end > t)).sum() <= cap
 
 
-def _chorale() -> "Notes":
+def _chorale() -> Notes:
     """Four voices of quarter notes for 8 s, the soprano holding one note over 1.5-3.5 s."""
-    from cadenza.data.midi import Notes
-
     rows = []
     for beat in range(16):
         t = beat * 0.5
@@ -137,8 +141,6 @@ def _chorale() -> "Notes":
 
 
 def test_an_infill_request_keeps_the_notes_outside_its_span():
-    from cadenza.data.anticipation import infill_request
-
     notes = _chorale()
     r = infill_request(tok, notes, 2.0, 4.0)
     assert r.anticipate and (r.plan.events_from, r.plan.events_until, r.stop) == (200, 400, 400)
@@ -156,9 +158,6 @@ def test_an_infill_request_keeps_the_notes_outside_its_span():
 
 
 def test_an_accompaniment_request_gives_the_top_line():
-    from cadenza.data.anticipation import accompany_request
-    from cadenza.data.midi import Notes
-
     notes = _chorale()
     r = accompany_request(tok, notes)
     tops = [notes.pitch[notes.start == t].max() for t in np.unique(notes.start)]

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from cadenza.data.midi import DRUMS, Notes
-from cadenza.data.tokenizers.notes import DURATIONS, GridNotes, NoteTokenizer
+from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes
+from cadenza.data.tokenizers.notes import NoteTokenizer
 from tests.conftest import make_score, random_piece, shared
 
 tok = NoteTokenizer()
@@ -44,7 +45,7 @@ def test_golden_sequence():
 
 def test_round_trip_is_exact_on_the_grid():
     rng = np.random.default_rng(0)
-    for i in range(20):
+    for _ in range(20):
         notes = _random_notes(rng, 300)
         grid, _ = tok.quantize(notes)
         ids = tok.encode(notes).ids

@@ -78,10 +78,10 @@ def test_the_warm_up_feeds_the_window_slide_a_long_job_meets(studio_runs):
     tok = tokenizer_from_dict(meta["tokenizer"])
     style = tok.styles[0]
     for rows in (1, 2):
-        prompt = torch.tensor([tok.style_prefix(style) + [tok.bos_id]] * rows)
+        prompt = torch.tensor([tok.window_prefix(style) + [tok.bos_id]] * rows)
         past_context = SamplingConfig(max_tokens=2 * model.config.context, stop_at_eos=False)  # slides at least once
         job = _eager_input_shapes(model, lambda: generate_ids(model, prompt, tok, past_context,
                                                               seeds=list(range(rows))))
-        warm = _eager_input_shapes(model, lambda: warm_window_slide(model, rows, styled=True))
+        warm = _eager_input_shapes(model, lambda: warm_window_slide(model, rows, keep=len(tok.window_prefix(None))))
         slide = {s for s in job if s[1] > prompt.shape[1]}  # a job's eager inputs: its prompt, then each slide
         assert len(warm) == 1 and warm == slide, (warm, job)

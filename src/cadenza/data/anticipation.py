@@ -17,6 +17,7 @@ mid-note, as a generation past its context does.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -24,8 +25,7 @@ import torch
 
 from cadenza.data.dataset import WindowDataset
 from cadenza.data.midi import DRUMS, Notes
-from cadenza.data.tokenizers.note_grammar import Plan
-from cadenza.data.tokenizers.notes import DURATIONS, GridNotes
+from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes, Plan
 
 TASKS = ("autoregress", "infill", "accompany")
 AT_START = 0.1  # share of windows that start at their piece's beginning
@@ -70,7 +70,7 @@ def top_line(g: GridNotes) -> np.ndarray:
     firsts = np.flatnonzero(np.diff(g.onset, prepend=g.onset[0] - 1))
     bounds = np.append(firsts, len(g))
     longest = int(DURATIONS[-1])
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         t = g.onset[a]
         top = a + int(np.argmax(pitch[a:b]))
         if pitch[top] < 0:
@@ -95,6 +95,15 @@ def choose_controls(g: GridNotes, task: str, rng: np.random.Generator) -> np.nda
     stop = end + 1 if rng.random() < 0.5 else start + int(rng.integers(200, 1000))  # the rest, or 2-10 s
     given = (g.onset >= start) & (g.onset < stop)
     return given if given.any() else None
+
+
+def training_windows(store, split: str, context: int, tokenizer, tasks: TaskMix | None = None,
+                     **kwargs) -> WindowDataset:
+    """The windows a model trains on: anticipatory ones (drawn from `tasks`) for a tokenizer that
+    anticipates, else plain windows of the store's ids."""
+    if tokenizer.anticipates:
+        return AnticipationWindows(store, split, context, tokenizer=tokenizer, tasks=tasks, **kwargs)
+    return WindowDataset(store, split, context, tokenizer=tokenizer, **kwargs)
 
 
 class AnticipationWindows(WindowDataset):

@@ -77,7 +77,7 @@ class WindowDataset(Dataset):
         if self.stretch:
             factor = float(rng.uniform(1 - self.stretch, 1 + self.stretch))
         # Compressing time merges time shifts, so read a little more than needed before stretching.
-        read = need if factor >= 1 else int(math.ceil(need / factor)) + 8
+        read = need if factor >= 1 else math.ceil(need / factor) + 8
         length = int(self.lengths[k])
         start = int(rng.integers(0, max(1, length - need + 1)))
         if self.align > 1 and start:  # e.g. SATB: a window must start on a soprano token
@@ -164,12 +164,10 @@ class StepSampler(Sampler[int]):
         return 2**62
 
 
-def fixed_windows(store: TokenStore, split: str, context: int, count: int, seed: int = 1234,
-                  tokenizer=None) -> torch.Tensor:
-    """A fixed set of `count` windows of a split (no augmentation, every style token kept), for
+def fixed_windows(dataset: WindowDataset, count: int) -> torch.Tensor:
+    """The first `count` windows of `dataset` (made without augmentation or style dropout), for
     cheap periodic validation."""
-    ds = WindowDataset(store, split, context, seed=seed, tokenizer=tokenizer)
-    return torch.stack([ds[i] for i in range(count)])
+    return torch.stack([dataset[i] for i in range(count)])
 
 
 def _style_balanced(pieces, lengths: np.ndarray) -> np.ndarray:

@@ -77,14 +77,14 @@ def token_nll(model, store: TokenStore, split: str = "test", stride: int | None 
     if not pieces:
         raise ValueError(f"{store.path}: split {split!r} has no pieces")
     views = [piece_view(store, p.index) for p in pieces]
-    prefixes = [tok.style_prefix(p.style if p.style in tok.styles else None) if tok.styles else [] for p in pieces]
+    prefixes = [tok.window_prefix(p.style if p.style in tok.styles else None) for p in pieces]
     per_piece = [np.zeros(len(v) - 1) for v in views]
     if model.config.model == "lstm":
         for k, v in enumerate(views):
             full = np.concatenate([prefixes[k], v]).astype(np.int64)
             per_piece[k] = _lstm_nll(model, full, device, precision)[len(prefixes[k]):]
         return _result(split, pieces, per_piece)
-    ctx = model.config.context - (1 if tok.styles else 0)
+    ctx = model.config.context - len(tok.window_prefix(None))
     stride = stride or max(1, ctx // 2)
     jobs = [(k, s, first) for k, v in enumerate(views) for s, first in windows_for(len(v) - 1, ctx, stride)]
     from tqdm import tqdm

@@ -50,7 +50,7 @@ class Prompt:
         if cfg.seconds is not None and not tok.has_clock:
             raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
         primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
-        return cls(tok, primer, tok.style_prefix(cfg.style) + [tok.bos_id] + primer)
+        return cls(tok, primer, tok.window_prefix(cfg.style) + [tok.bos_id] + primer)
 
 
 @dataclass

@@ -80,13 +80,14 @@ def default_slide(model) -> int:
 
 
 @torch.inference_mode()
-def warm_window_slide(model, rows: int, styled: bool) -> None:
+def warm_window_slide(model, rows: int, keep: int) -> None:
     """Feed one window slide of `rows` rows through the eager model, as a generation past the
     context does. A long-running server calls it at start: the native kernels oneDNN compiles for
     that shape on first use (and keeps) are then made before its first job slides, not as the memory
-    growth of a later round. Nothing to do for an LSTM, whose window never slides."""
+    growth of a later round. `keep`: the tokens every window keeps (`Tokenizer.window_prefix`).
+    Nothing to do for an LSTM, whose window never slides."""
     model.eval()
-    window = _Window(model, rows, True, default_slide(model), keep=1 if styled else 0)
+    window = _Window(model, rows, True, default_slide(model), keep=keep)
     if window.is_lstm:
         return
     device = next(model.parameters()).device
@@ -142,7 +143,7 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
                                 max_note_seconds=cfg.max_note_seconds or None)
     grammar.observe(prompts)
     window = _Window(model, rows.shape[0], cfg.use_cache, slide if slide is not None else default_slide(model),
-                     keep=1 if tokenizer.styles else 0, fast=fast)
+                     keep=len(tokenizer.window_prefix(None)), fast=fast)
     if fast is not None:
         _check_fast(fast, model, rows.shape[0])
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.

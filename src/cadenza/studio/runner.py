@@ -18,6 +18,7 @@ from typing import Any
 
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
+from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import Generation, Prompt, sample
@@ -177,7 +178,7 @@ def _warm_eager(registry: Registry, model_id: str, rows):
     try:
         model, meta = registry.load(model_id)
         for r in rows:
-            warm_window_slide(model, r, styled=bool(meta["tokenizer"].get("styles")))
+            warm_window_slide(model, r, keep=len(tokenizer_from_dict(meta["tokenizer"]).window_prefix(None)))
     except Exception as e:  # a warm-up failure costs speed, never the server
         print(f"studio: could not warm up {model_id} ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
         return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from cadenza.env import PRECISIONS
 from cadenza.models.config import ModelConfig
-from cadenza.settings import from_dict, setting, validate
+from cadenza.settings import SettingError, from_dict, setting, validate
 
 
 @dataclass
@@ -58,9 +58,16 @@ class TrainConfig:
                                          "style tokens")
     style_dropout: float = setting(0.1, ge=0, le=1, doc="share of windows whose style token is NO_STYLE")
     balance_styles: bool = setting(True, doc="each style equally often, whatever its size")
+    # what anticipatory windows train (tokenizers that anticipate, such as `notes`): relative weights
+    task_autoregress: float = setting(0.4, ge=0, doc="weight of windows without controls (continuing music)")
+    task_infill: float = setting(0.3, ge=0, doc="weight of windows that give a time span's notes as controls")
+    task_accompany: float = setting(0.3, ge=0, doc="weight of windows that give the melody as controls")
 
     def validate(self) -> TrainConfig:
-        return validate(self)
+        validate(self)
+        if self.task_autoregress + self.task_infill + self.task_accompany <= 0:
+            raise SettingError("task_autoregress", "and task_infill, task_accompany are all 0: give one a weight")
+        return self
 
 
 @dataclass

@@ -21,7 +21,7 @@ SAMPLE_RATE = 16000  # TensorBoard plays it in the browser; a small rate keeps e
 def log_sample(writer, model, tok, step: int, n_tokens: int, device) -> None:
     """Sample `n_tokens` without a style (nucleus 0.95, seeded by the step) and log what it plays."""
     g = torch.Generator(device=device).manual_seed(step)
-    prompt = torch.tensor([tok.style_prefix(None) + [tok.bos_id]], device=device)  # unconditioned
+    prompt = torch.tensor([tok.window_prefix(None) + [tok.bos_id]], device=device)  # unconditioned
     try:
         ids = generate_ids(model, prompt, tok, SamplingConfig(max_tokens=n_tokens, top_p=0.95), generator=g)[0]
         notes = tok.to_notes(ids)

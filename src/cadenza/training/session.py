@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from cadenza.data.dataset import StepSampler, WindowDataset, fixed_windows
+from cadenza.data.anticipation import TaskMix, training_windows
+from cadenza.data.dataset import StepSampler, fixed_windows
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
 from cadenza.env.device import DistInfo, loader_workers, resolve_precision
@@ -98,7 +99,8 @@ def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -
     _wrap(s)
     s.loader = _loader(s)
     if store.split("valid"):
-        s.valid_windows = fixed_windows(store, "valid", cfg.model.context, tc.eval_windows, tokenizer=tok)
+        valid = training_windows(store, "valid", cfg.model.context, tok, _tasks(tc), seed=1234)
+        s.valid_windows = fixed_windows(valid, tc.eval_windows)
         s.unigram = store.unigram_nll("valid")
     return s
 
@@ -164,11 +166,15 @@ def _restore(s: Session, state: dict) -> None:
         torch.cuda.set_rng_state(state["rng_cuda"][rank % len(state["rng_cuda"])], s.device)
 
 
+def _tasks(tc) -> TaskMix:
+    return TaskMix(tc.task_autoregress, tc.task_infill, tc.task_accompany)
+
+
 def _loader(s: Session):
     tc, dist = s.cfg.train, s.dist
-    ds = WindowDataset(s.store, "train", s.cfg.model.context, seed=tc.seed, transpose=tc.transpose,
-                       stretch=tc.stretch, tokenizer=s.tok, style_dropout=tc.style_dropout,
-                       balance_styles=tc.balance_styles)
+    ds = training_windows(s.store, "train", s.cfg.model.context, s.tok, _tasks(tc), seed=tc.seed,
+                          transpose=tc.transpose, stretch=tc.stretch, style_dropout=tc.style_dropout,
+                          balance_styles=tc.balance_styles)
     sampler = StepSampler(tc.batch_size, s.step, dist.rank, dist.world_size, tc.grad_accum)
     workers = loader_workers(tc.num_workers, dist.device)  # each window depends on its index only
     # The loader gets its own generator: creating an iterator draws a seed, and drawing it from the

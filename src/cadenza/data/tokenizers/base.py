@@ -124,10 +124,19 @@ class Tokenizer(ABC):
         return Styled(self, styles) if styles else self
 
     def style_prefix(self, style: str | None) -> list[int]:
-        """The tokens every window starts with: a style token for a styled tokenizer, else none."""
+        """The style token a styled tokenizer's windows start with, else none."""
         if style is not None:
             raise TokenizerError(f"this model has no styles, so it cannot play {style!r}")
         return []
+
+    anticipates: ClassVar[bool] = False  # knows controls: trains on anticipatory windows, infills, accompanies
+
+    def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
+        """The tokens every window starts with, and a window past the context keeps: the style
+        token (styled tokenizers), then the task flag (tokenizers that anticipate)."""
+        if anticipate:
+            raise TokenizerError(f"the {self.name} vocabulary has no controls: it cannot infill or accompany")
+        return self.style_prefix(style)
 
     # ---- what the sampler asks -----------------------------------------------------------------
     @property
@@ -322,10 +331,14 @@ class Styled(Tokenizer):
         return self.base.encode_primer(source, seconds)
 
     def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
-                allow_eos: bool = True, max_note_seconds: float | None = None):
+                allow_eos: bool = True, max_note_seconds: float | None = None, **plan):
         # The base's grammar, built on this tokenizer: its mask spans the style ids too, and never
-        # allows them (they are special ids).
-        return type(self.base).grammar(self, batch, device, constrained, max_polyphony, allow_eos, max_note_seconds)
+        # allows them (they are special ids). `plan`: what a tokenizer that anticipates is given.
+        return type(self.base).grammar(self, batch, device, constrained, max_polyphony, allow_eos, max_note_seconds,
+                                       **plan)
+
+    def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
+        return self.style_prefix(style) + self.base.window_prefix(None, anticipate)
 
     # what `Tokenizer` defines for every tokenizer must still be the base's (`__getattr__` only sees
     # names the class does not have)
@@ -342,6 +355,7 @@ class Styled(Tokenizer):
     supports_stretch = property(lambda self: self.base.supports_stretch)
     window_align = property(lambda self: self.base.window_align)
     pitch_bounds = property(lambda self: self.base.pitch_bounds)
+    anticipates = property(lambda self: self.base.anticipates)
 
     # ---- config ----------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:

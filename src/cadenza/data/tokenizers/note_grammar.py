@@ -19,30 +19,16 @@ A piece's notes carry their lengths, so nothing is ever closed at the end (`clos
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 
 from cadenza.data.tokenizers.grammar import SpecialsOnly
-from cadenza.data.tokenizers.notes import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes
+from cadenza.data.tokenizers.note_grid import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes, Plan
 
 FREE, AFTER_VELOCITY, AFTER_INSTRUMENT, AFTER_NOTE = 0, 1, 2, 3
 VOICES = NUM_INSTRUMENTS * NUM_PITCHES
 NEVER = 2**40  # a release that never comes
 RECENT = 512  # the releases of the last RECENT events count towards the polyphony cap (10 s of 50 notes/s)
-
-
-@dataclass
-class Plan:
-    """What a generation is given. `controls` (grid notes on the sequence's clock, in order) are
-    forced where they belong, the first `placed` of them being in the prompt already; events may
-    start only at clock steps in [events_from, events_until)."""
-
-    controls: GridNotes = field(default_factory=GridNotes.empty)
-    placed: int = 0
-    events_from: int = 0
-    events_until: int | None = None
 
 
 class NoteGrammar(SpecialsOnly):
@@ -92,7 +78,8 @@ class NoteGrammar(SpecialsOnly):
         self.c_onset = torch.as_tensor(c.onset, device=device)
         self.c_release = torch.as_tensor(c.end, device=device)
         self.c_voice = torch.as_tensor(c.program * NUM_PITCHES + c.pitch, device=device)
-        self.c_program, self.c_pitch = torch.as_tensor(c.program, device=device), torch.as_tensor(c.pitch, device=device)
+        self.c_program = torch.as_tensor(c.program, device=device)
+        self.c_pitch = torch.as_tensor(c.pitch, device=device)
         rest = c.take(slice(plan.placed, None))
         state = int(c.program[plan.placed - 1]) if plan.placed else -1  # the controls' instrument so far
         ids = tok.encode_grid(GridNotes.empty(), rest, clock=int(rest.onset.min(initial=lead)) - lead,
@@ -204,7 +191,8 @@ class NoteGrammar(SpecialsOnly):
             limit = limit.clamp(max=self.max_steps)
         if self.c_onset.numel():  # not into a given note of the same voice
             later = (self.c_voice[None] == self.voice[:, None]) & (self.c_onset[None] > self.clock[:, None])
-            gap = torch.where(later, self.c_onset[None] - self.clock[:, None], NEVER).amin(1)  # not min(1): slow with threads
+            # amin, not min(1): under load, min over a dim waited on threads for milliseconds
+            gap = torch.where(later, self.c_onset[None] - self.clock[:, None], NEVER).amin(1)
             limit = torch.minimum(limit, gap)
         fits = self.durations[None] <= limit[:, None]
         fits[:, 0] = True  # the shortest always fits

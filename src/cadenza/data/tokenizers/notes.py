@@ -36,7 +36,6 @@ exact on these grids. Velocity bins follow Magenta's 32 bins (as the 388-event v
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,50 +43,7 @@ import numpy as np
 from cadenza.data.midi import Notes, notes_to_score, read_notes, run_max, score_to_notes
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
 from cadenza.data.tokenizers.grid import GridDecodeReport
-
-NUM_PITCHES = 128
-NUM_INSTRUMENTS = 129  # 128 General MIDI programs, then the drums
-# The duration grid, in 10 ms steps: (first, last, step) of each stretch.
-DURATION_GRID = ((1, 100, 1), (105, 300, 5), (310, 600, 10), (620, 1000, 20))
-DURATIONS = np.concatenate([np.arange(a, b + 1, s) for a, b, s in DURATION_GRID])
-
-
-@dataclass
-class GridNotes:
-    """Notes on the token grid, in onset order (then program, then pitch): onsets in steps,
-    durations as indices into DURATIONS, velocity bins (0 where unknown: controls)."""
-
-    onset: np.ndarray
-    duration: np.ndarray
-    program: np.ndarray
-    pitch: np.ndarray
-    velocity: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.onset.size)
-
-    @classmethod
-    def empty(cls) -> "GridNotes":
-        z = np.zeros(0, np.int64)
-        return cls(z, z, z, z, z)
-
-    def take(self, index) -> "GridNotes":
-        return GridNotes(self.onset[index], self.duration[index], self.program[index], self.pitch[index],
-                         self.velocity[index])
-
-    def shifted(self, steps: int) -> "GridNotes":
-        return GridNotes(self.onset + steps, self.duration, self.program, self.pitch, self.velocity)
-
-    @property
-    def end(self) -> np.ndarray:
-        """Each note's release, in steps."""
-        return self.onset + DURATIONS[self.duration]
-
-    @staticmethod
-    def concat(parts: list["GridNotes"]) -> "GridNotes":
-        fields = ("onset", "duration", "program", "pitch", "velocity")
-        merged = GridNotes(*(np.concatenate([getattr(p, f) for p in parts]) for f in fields))
-        return merged.take(np.lexsort((merged.pitch, merged.program, merged.onset)))
+from cadenza.data.tokenizers.note_grid import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes
 
 
 class NoteTokenizer(Tokenizer):
@@ -99,7 +55,7 @@ class NoteTokenizer(Tokenizer):
     """
 
     name = "notes"
-    window_prefix_tokens = 1  # the task flag opens every window (after the style token)
+    anticipates = True
 
     def __init__(self, anticipation: float = 5.0, velocity_bins: int = 32, sustain: bool = True):
         if not 0 < anticipation <= 60 or not 1 <= velocity_bins <= 127:
@@ -107,7 +63,7 @@ class NoteTokenizer(Tokenizer):
         self.steps_per_second = 100
         self.max_shift_steps = 100
         self.anticipation = float(anticipation)
-        self.lead = int(round(self.anticipation * self.steps_per_second))  # anticipation, in steps
+        self.lead = round(self.anticipation * self.steps_per_second)  # anticipation, in steps
         self.velocity_bins = int(velocity_bins)
         self.sustain = bool(sustain)
         self.note_offset = self.max_shift_steps
