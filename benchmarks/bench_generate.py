@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
-import statistics
 import time
 
 import torch
@@ -30,8 +30,8 @@ SIZE = dict(vocab_size=391, d_model=256, n_layers=4, n_heads=4, d_ff=1024, conte
 
 
 def cadenza_model(attention: str):
-    from cadenza.models.config import ModelConfig
     from cadenza.models import build_model
+    from cadenza.models.config import ModelConfig
 
     torch.manual_seed(0)
     return build_model(ModelConfig(attention=attention, **SIZE)).eval()
@@ -48,9 +48,9 @@ def hf_model():
 
 
 def contestants(new_tokens: int, attention: list[str]):
+    from cadenza.data.tokenizers import PerformanceTokenizer
     from cadenza.generation.config import SamplingConfig
     from cadenza.generation.sampler import generate_ids
-    from cadenza.data.tokenizers import PerformanceTokenizer
 
     tok = PerformanceTokenizer()
     hf = hf_model()

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from bench_generate import cadenza_model, median_ms
 
 
@@ -100,15 +99,14 @@ def main(argv=None) -> int:
         import onnxruntime  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError as e:
-        raise SystemExit(f"{e.name} is not installed: pip install onnxruntime onnx onnxscript")
+        raise SystemExit(f"{e.name} is not installed: pip install onnxruntime onnx onnxscript") from None
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for att in a.attention:
             for b in a.batches:
                 results.append(measure(att, b, a.lengths, Path(tmp)))
-    from _record import write_result
-
     import onnxruntime as ort
+    from _record import write_result
 
     write_result(a.out, {"benchmark": "onnx_step", "onnxruntime": ort.__version__, "results": results})
     return 0

@@ -38,8 +38,8 @@ def matmul_peak(dtype, n: int = 1024, reps: int = 20) -> float:
 
 
 def cadenza_model(model: str, attention: str, context: int = 512):
-    from cadenza.models.config import ModelConfig
     from cadenza.models import build_model
+    from cadenza.models.config import ModelConfig
 
     return build_model(ModelConfig(model=model, attention=attention, **{**SIZE, "context": context}))
 

@@ -15,7 +15,8 @@ yaml = pytest.importorskip("yaml")
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"
-PLANNED = ["prepare", "train", "generate", "render", "evaluate", "doctor", "demo", "bench", "corpora", "models", "serve"]
+PLANNED = ["prepare", "train", "generate", "render", "evaluate", "doctor", "demo", "bench", "corpora", "models",
+           "serve"]
 # Bind-mount sources the user's runs create (gitignored, kept out of the build context).
 RUNTIME_DIRS = {"data", "runs"}
 

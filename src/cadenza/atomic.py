@@ -12,9 +12,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
-
+from typing import Any
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

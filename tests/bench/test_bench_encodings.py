@@ -17,12 +17,12 @@ from cadenza.data.tokenizers.satb import SATBTokenizer
 PROVENANCE_BERNOULLI = {"jsb": 11.06, "nottingham": 10.25, "musedata": 11.51, "piano": 11.05}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mat(key: str) -> dict[str, list[np.ndarray]]:
     return polyphonic.load_mat(shared("polyphonic", polyphonic.DATASETS[key]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def npz() -> dict[str, list[np.ndarray]]:
     return jsb16.load_npz(shared("jsb16", jsb16.FILENAME))
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cadenza.cli import doctor as doctor_cli
+from cadenza.cli import main
 from cadenza.env import doctor
-from cadenza.cli import doctor as doctor_cli, main
 from cadenza.env.doctor import collect, diagnose, exit_code, min_driver
 from cadenza.env.probes import Probes, parse_nvidia_smi
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from cadenza.evaluation import metrics as M
 from cadenza.data.midi import Notes, write_midi
+from cadenza.evaluation import metrics as M
 
 # At qpm 120 and 24 steps per beat: 1 beat = 0.5 s = 24 steps, 1 step = 1/48 s, 1 bar = 96 steps = 2 s.
 # (start s, end s, pitch): a melody, a two-note passage, a two-beat rest, one short note.

@@ -9,9 +9,9 @@ import pytest
 from conftest import make_score, write_score
 
 import cadenza
+from cadenza.data.midi import Notes
 from cadenza.evaluation.classifier import StyleClassifier
 from cadenza.evaluation.features import N_FEATURES, excerpt, style_features
-from cadenza.data.midi import Notes
 from cadenza.training.config import resolve
 
 
@@ -21,7 +21,8 @@ def melody(rng, scale, step: float, n: int = 48, chord: bool = False):
         p = int(rng.choice(scale)) + 12 * int(rng.integers(0, 2))
         notes.append((int(t * 960), int(step * 960 * 0.9), p, 90))
         if chord:
-            notes += [(int(t * 960), int(step * 960 * 0.9), p - 4, 80), (int(t * 960), int(step * 960 * 0.9), p - 7, 80)]
+            length = int(step * 960 * 0.9)
+            notes += [(int(t * 960), length, p - 4, 80), (int(t * 960), length, p - 7, 80)]
         t += step
     return make_score([notes])
 

@@ -80,7 +80,8 @@ def test_changing_a_future_token_never_changes_past_logits(model, attention):
     assert not torch.allclose(a[:, 20:], b[:, 20:])
 
 
-@pytest.mark.parametrize("model,attention", [("transformer", "relative"), ("transformer", "rope"), ("lstm", "relative")])
+@pytest.mark.parametrize("model,attention",
+                         [("transformer", "relative"), ("transformer", "rope"), ("lstm", "relative")])
 def test_models_drive_the_loss_near_zero_on_a_repeated_sequence(model, attention):
     torch.manual_seed(0)
     m = build_model(small(model, attention))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

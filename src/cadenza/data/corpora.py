@@ -244,7 +244,7 @@ def spread(items: list, limit: int | None) -> list:
     """`limit` items spread evenly over `items`, in order (all of them without a limit)."""
     if limit is None or limit >= len(items):
         return list(items)
-    picks = sorted({int(round(i)) for i in np.linspace(0, len(items) - 1, max(limit, 1))})
+    picks = sorted({round(i) for i in np.linspace(0, len(items) - 1, max(limit, 1))})
     return [items[i] for i in picks]
 
 

@@ -56,12 +56,12 @@ class Notes:
         return float(self.end.max()) if len(self) else 0.0
 
     @classmethod
-    def empty(cls) -> "Notes":
+    def empty(cls) -> Notes:
         z = np.zeros(0)
         return cls(z, z.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @classmethod
-    def from_arrays(cls, start, end, pitch, velocity, program=None) -> "Notes":
+    def from_arrays(cls, start, end, pitch, velocity, program=None) -> Notes:
         start = np.asarray(start, dtype=np.float64)
         end = np.asarray(end, dtype=np.float64)
         pitch = np.asarray(pitch, dtype=np.int64)
@@ -71,12 +71,12 @@ class Notes:
         program = np.broadcast_to(np.asarray(program, dtype=np.int64), pitch.shape)
         return cls(*_take((start, end, pitch, velocity, program), np.lexsort((start, pitch, program))))
 
-    def by_time(self) -> "Notes":
+    def by_time(self) -> Notes:
         """A copy ordered by onset, then (program,) pitch."""
         keys = (self.pitch, self.start) if self.program is None else (self.pitch, self.program, self.start)
         return self.take(np.lexsort(keys))
 
-    def take(self, index) -> "Notes":
+    def take(self, index) -> Notes:
         """The notes at `index` (an index array or a boolean mask), in that order."""
         arrays = (self.start, self.end, self.pitch, self.velocity, self.program)
         return Notes(*_take(arrays, index))

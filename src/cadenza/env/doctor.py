@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from cadenza.env.probes import Probes, StageProbe
 from cadenza.env.record import cache_dir, git_commit, library_versions

@@ -8,10 +8,11 @@ import shutil
 import subprocess
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cadenza.env import tools
 from cadenza.env.record import cpu_info
@@ -134,7 +135,7 @@ class Probes:
             ok = lin.weight.grad is not None and bool(torch.isfinite(lin.weight.grad).all())
             out.update(ok=ok, alloc_ms=round(1e3 * (t1 - t0), 2), matmul_ms=round(1e3 * (t2 - t1), 2),
                        autocast_step_ms=round(1e3 * (t3 - t2), 2), error=None if ok else "non-finite gradient")
-        except Exception as e:  # noqa: BLE001 - any failure here is the finding
+        except Exception as e:
             out["error"] = f"{type(e).__name__}: {_line(e)}"
         return out
 
@@ -168,9 +169,8 @@ class Probes:
 
     def soundfonts(self) -> list[str]:
         found = []
-        if sf := self.env().get("CADENZA_SOUNDFONT"):
-            if os.path.isfile(sf):
-                found.append(sf)
+        if (sf := self.env().get("CADENZA_SOUNDFONT")) and os.path.isfile(sf):
+            found.append(sf)
         return found + [str(p) for p in tools.soundfonts()]
 
     def cpu(self) -> dict:

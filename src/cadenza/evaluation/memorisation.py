@@ -6,9 +6,11 @@ long the longest verbatim copy is (in tokens), and from which piece.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
+
 
 class CommonRun(NamedTuple):
     length: int  # tokens; 0 when nothing is shared

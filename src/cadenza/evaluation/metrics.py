@@ -15,7 +15,7 @@ resolution (`quantize`). At the defaults one step is 1/48 s.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -17,10 +17,10 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -30,7 +30,7 @@ from cadenza.generation import filters, kernel, step, toolchain
 _LOADED: dict[str, Callable] = {}
 _LOCK = threading.Lock()
 _BUILD_LOCK = threading.Lock()
-_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> hash of its weights
+_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> hash of its weights
 _FAILED: set[str] = set()
 # freezing: the weights become constants, so the linear layers can use prepacked kernels.
 # max_autotune with the CPP backend: Inductor generates a GEMM micro-kernel for each linear layer's
@@ -78,7 +78,7 @@ def package_key(model, batch: int, attention_kernel: bool = False) -> str:
     return h.hexdigest()[:24]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _step_code() -> str:
     """A hash of the step's source (the step, its draw, the kernel's schema), read once: a package
     built from other code is not reused."""
@@ -209,7 +209,7 @@ def _build(model, batch: int, path: Path, key: str, quiet: bool, attention_kerne
 
 
 def decoder(model, batch: int, *, build_missing: bool = True, quiet: bool = False,
-            attention_kernel: bool = True) -> "step.StepDecoder | None":
+            attention_kernel: bool = True) -> step.StepDecoder | None:
     """A `StepDecoder` on the compiled decode step, or None where it does not apply."""
     fn = load(model, batch, build_missing=build_missing, quiet=quiet, attention_kernel=attention_kernel)
     return step.StepDecoder(model, batch, fn, draws=True) if fn is not None else None

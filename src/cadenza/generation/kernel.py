@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -110,7 +110,7 @@ def unavailable_reason() -> str | None:
     return toolchain.unavailable_reason() or _STATE.get("failed")
 
 
-@lru_cache(maxsize=None)
+@cache
 def fingerprint() -> str:
     """A hash of the kernel's source: part of a compiled decode step's package key when the step calls it."""
     return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]

@@ -17,7 +17,7 @@ this way: docs/generation.md, "How the compiled decode step got here".
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

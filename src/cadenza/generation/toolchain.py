@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-from cadenza.env.record import cache_dir as cache_root, cpu_info
+from cadenza.env.record import cache_dir as cache_root
+from cadenza.env.record import cpu_info
 
 
 def unavailable_reason() -> str | None:
@@ -33,7 +34,7 @@ def compiler() -> str | None:
     return _which(os.environ.get("CXX"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _which(cxx: str | None) -> str | None:
     # searched once per $CXX: a server asks at every generation
     return shutil.which(cxx) if cxx else next((w for c in ("g++", "clang++", "c++") if (w := shutil.which(c))), None)

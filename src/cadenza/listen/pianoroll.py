@@ -22,9 +22,9 @@ def piano_roll(notes, path: str | os.PathLike | None = None, title: str | None =
     (C4 = 60), velocity as colour with a colourbar. Always FIGSIZE * DPI = 1000 x 400 pixels, so
     TensorBoard (``add_image(..., dataformats="HWC")``) shows samples at one scale.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure  # no pyplot: no global figure state, any thread
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     notes = as_notes(notes)
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")

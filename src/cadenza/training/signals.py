@@ -14,7 +14,7 @@ class StopRequest:
         self.signum: int | None = None
         self._old = {}
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._old[sig] = signal.signal(sig, self._handle)

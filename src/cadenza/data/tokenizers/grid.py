@@ -31,7 +31,7 @@ class PitchGridTokenizer(Tokenizer):
     param_names: ClassVar[tuple[str, str, str]]
 
     def __init__(self, low: int, n: int, seconds: float):
-        if not (0 <= low and n >= 1 and low + n <= 128):
+        if not (low >= 0 and n >= 1 and low + n <= 128):
             raise TokenizerError(f"{self.param_names[1]}: low={low}, n={n} must lie within MIDI 0..127")
         if not seconds > 0:
             raise TokenizerError(f"the playback length of a step must be positive, got {seconds}")
