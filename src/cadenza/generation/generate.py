@@ -19,11 +19,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from cadenza.atomic import write_json
-from cadenza.data.midi import write_midi
+from cadenza.data.anticipation import Request, accompany_request, infill_request
+from cadenza.data.midi import Notes, notes_to_score, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.env.device import pick_device
 from cadenza.generation import compiled
@@ -37,20 +39,61 @@ from cadenza.models.zoo import DEFAULT, resolve_model
 @dataclass
 class Prompt:
     """What every sample of a generation starts from: the checkpoint's tokenizer, the primer's ids,
-    and the ids fed first (the style token, BOS, the primer)."""
+    the ids fed first (the window prefix, BOS, the primer) and, for an infill or an accompaniment,
+    the `Request` (the given notes, and the plan that places them)."""
 
     tokenizer: Any
     primer: list[int]
     ids: list[int]
+    request: Request | None = None
 
     @classmethod
     def build(cls, meta: dict, cfg: SamplingConfig) -> Prompt:
-        """The prompt of `cfg` (style, primer) for the checkpoint `meta` describes."""
+        """The prompt of `cfg` (style, primer, infill, accompany) for the checkpoint `meta` describes."""
         tok = tokenizer_from_dict(meta["tokenizer"])
         if cfg.seconds is not None and not tok.has_clock:
             raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
+        if cfg.infill is not None or cfg.accompany is not None:
+            return cls._given(tok, cfg)
         primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
         return cls(tok, primer, tok.window_prefix(cfg.style) + [tok.bos_id] + primer)
+
+    @classmethod
+    def _given(cls, tok, cfg: SamplingConfig) -> Prompt:
+        task = "infill" if cfg.infill is not None else "accompany"
+        if not tok.anticipates:
+            raise ValueError(f"this model cannot {task}: its {tok.name} vocabulary has no given notes; use a model "
+                             "trained on `--tokenizer notes`, such as the shipped styles model")
+        if task == "infill":
+            request = infill_request(tok, tok.read(cfg.primer)[0], *cfg.span())
+        else:
+            request = accompany_request(tok, tok.read(cfg.accompany)[0])
+        prompt = request.prompt.tolist()
+        return cls(tok, prompt[1:], tok.window_prefix(cfg.style, request.anticipate) + prompt, request)
+
+    def decoding(self, cfg: SamplingConfig) -> SamplingConfig:
+        """The settings the decoding loop runs with: for an infill or an accompaniment, no EOS and
+        a length that runs to where the new notes stop (with room for the given notes' tokens)."""
+        r = self.request
+        if r is None:
+            return cfg
+        seconds = (r.stop - r.clock) / self.tokenizer.steps_per_second
+        room = 4 * (len(r.plan.controls) - r.plan.placed)
+        return replace(cfg, seconds=seconds, max_tokens=int(seconds * 60) + 64 + room, stop_at_eos=False)
+
+    def notes_of(self, ids: list[int]) -> Notes:
+        """A sample's notes in seconds: the primer's and the new ones; for an infill or an
+        accompaniment the given notes exactly as they came in, and the new ones."""
+        tok, r = self.tokenizer, self.request
+        if r is None:
+            return tok.to_notes(self.primer + ids)
+        flagged = self.ids[len(tok.style_prefix(None)):] + ids  # from the task flag on
+        events, _, _ = tok.decode_grid(flagged)
+        new = tok.to_grid_notes(events.take(events.onset >= r.plan.events_from))
+        both = [r.given, new]
+        return Notes.from_arrays(*(np.concatenate([getattr(n, f) for n in both])
+                                   for f in ("start", "end", "pitch", "velocity")),
+                                 np.concatenate([n.programs for n in both]))
 
 
 @dataclass
@@ -69,10 +112,9 @@ class Generation:
 
     @cached_property
     def notes(self) -> list:
-        """Each sample's notes in seconds, primer included (what a player or a piano roll needs);
-        decoded once, on first use."""
-        tok, primer = self.prompt.tokenizer, self.prompt.primer
-        return [tok.to_notes(primer + ids) for ids in self.ids]
+        """Each sample's notes in seconds, primer (or given notes) included (what a player or a
+        piano roll needs); decoded once, on first use."""
+        return [self.prompt.notes_of(ids) for ids in self.ids]
 
 
 def sampling_config(config: SamplingConfig | dict | None = None, **settings: Any) -> SamplingConfig:
@@ -121,14 +163,16 @@ def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
     t0 = time.time()
     limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
     # the checkpoint's limits in place of the defaults, as the decoding loop applies them
-    limited = replace(cfg, max_note_seconds=limit, max_polyphony=cap)
+    limited = prompt.decoding(replace(cfg, max_note_seconds=limit, max_polyphony=cap))
     all_ids, compiled, setup = _sample(model, prompt, limited, dev, progress, on_tokens, build_compiled)
     elapsed = time.time() - t0
     scores, stats = [], []
-    head = len(prompt.ids) - len(primer)  # the style token and BOS: not music
+    head = len(prompt.ids) - len(primer)  # the window prefix and BOS: not music
     for ids in all_ids:
         full = prompt.ids[head:] + ids
         score, report = tok.decode(full)
+        if prompt.request is not None:  # the given notes as they came in, and the new ones
+            score = notes_to_score(prompt.notes_of(ids))
         scores.append(score)
         stats.append({"tokens": len(ids), "primer_tokens": len(primer), "notes": score.note_num(),
                       "seconds": tok.seconds(full), "repairs": report.as_dict()})
@@ -162,7 +206,8 @@ def _sample(model, prompt: Prompt, cfg: SamplingConfig, dev, progress: bool, on_
         with tqdm(total=budget, unit="tok", desc=desc, disable=not progress, file=sys.stderr, leave=False,
                   mininterval=0.1 if sys.stderr.isatty() else 30) as bar:
             out += generate_ids(model, p, prompt.tokenizer, cfg, seeds=sample_seeds(cfg.seed, start, b), fast=fast,
-                                on_token=_progress(bar, start, on_tokens))
+                                on_token=_progress(bar, start, on_tokens),
+                                plan=prompt.request.plan if prompt.request else None)
     return out, compiled and bool(batches), setup
 
 
@@ -188,6 +233,8 @@ def note_limit(cfg: SamplingConfig, meta: dict) -> float | None:
     and a forgotten note-off does not hold a note for the rest of the piece; 0 means no limit."""
     if cfg.max_note_seconds is not None:
         return cfg.max_note_seconds or None
+    if tokenizer_from_dict(meta["tokenizer"]).note_lengths_at_onset:  # nothing to forget: no default cap
+        return None
     return (meta.get("note_seconds") or {}).get("p999")
 
 

@@ -115,7 +115,7 @@ def _uniforms(b: int, n: int, device, generator: torch.Generator | None, seeds: 
 def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *,
                  generator: torch.Generator | None = None, seeds: list[int] | None = None, fast=None,
                  on_token: Callable[[int, torch.Tensor], None] | None = None,
-                 slide: int | None = None) -> list[list[int]]:
+                 slide: int | None = None, plan=None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `cfg.token_budget()` sampled tokens; returns the new
     tokens per row (EOS kept when sampled).
 
@@ -128,7 +128,8 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
     many rows) runs the single-token steps through the compiled step; prompts and window slides
     go through the eager model. `slide`: how far the window slides past the context (default a
     quarter of it). `on_token(n, new)` is called after each step with the steps taken and the new
-    tokens so far, a (B, n) view (a progress bar, streaming, cancelling).
+    tokens so far, a (B, n) view (a progress bar, streaming, cancelling). `plan`: the given notes
+    (controls) and event span of an infill or accompaniment, for a tokenizer that anticipates.
     """
     model.eval()
     fast = fast if cfg.use_cache else None  # without a cache every step recomputes its window
@@ -140,7 +141,8 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
     rows = torch.cat([prompts, _unconditioned(prompts, tokenizer)]) if guided else prompts
     # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
     grammar = tokenizer.grammar(b, device, cfg.constrained, cfg.max_polyphony or None, allow_eos=cfg.stop_at_eos,
-                                max_note_seconds=cfg.max_note_seconds or None)
+                                max_note_seconds=cfg.max_note_seconds or None,
+                                **({"plan": plan} if plan is not None else {}))
     grammar.observe(prompts)
     window = _Window(model, rows.shape[0], cfg.use_cache, slide if slide is not None else default_slide(model),
                      keep=len(tokenizer.window_prefix(None)), fast=fast)

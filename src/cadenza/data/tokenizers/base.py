@@ -130,6 +130,7 @@ class Tokenizer(ABC):
         return []
 
     anticipates: ClassVar[bool] = False  # knows controls: trains on anticipatory windows, infills, accompanies
+    note_lengths_at_onset: ClassVar[bool] = False  # a note's length is written where it starts: none to forget
 
     def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
         """The tokens every window starts with, and a window past the context keeps: the style
@@ -356,6 +357,7 @@ class Styled(Tokenizer):
     window_align = property(lambda self: self.base.window_align)
     pitch_bounds = property(lambda self: self.base.pitch_bounds)
     anticipates = property(lambda self: self.base.anticipates)
+    note_lengths_at_onset = property(lambda self: self.base.note_lengths_at_onset)
 
     # ---- config ----------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:

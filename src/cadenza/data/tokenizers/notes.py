@@ -56,6 +56,7 @@ class NoteTokenizer(Tokenizer):
 
     name = "notes"
     anticipates = True
+    note_lengths_at_onset = True
 
     def __init__(self, anticipation: float = 5.0, velocity_bins: int = 32, sustain: bool = True):
         if not 0 < anticipation <= 60 or not 1 <= velocity_bins <= 127:
@@ -291,10 +292,14 @@ class NoteTokenizer(Tokenizer):
 
     def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
                 allow_eos: bool = True, max_note_seconds: float | None = None, plan=None):
+        # lazy: the masks are torch tensors, and tokenizing (data preparation) never imports torch
         from cadenza.data.tokenizers.grammar import SpecialsOnly
         from cadenza.data.tokenizers.note_grammar import NoteGrammar
 
         if not constrained:
+            if plan is not None:
+                raise TokenizerError("an infill or an accompaniment needs constrained decoding: the masks place "
+                                     "the given notes")
             return SpecialsOnly(self, batch, device, allow_eos)
         return NoteGrammar(self, batch, device, max_polyphony, allow_eos, max_note_seconds, plan)
 

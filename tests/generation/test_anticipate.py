@@ -1,0 +1,125 @@
+"""Infill and accompany with a model trained on the note vocabulary: the given notes come back as
+they went in, the new ones stay where they belong, and bad requests get one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import cadenza
+from cadenza.cli import main
+from cadenza.data.midi import Notes, read_notes, write_midi
+from cadenza.generation.config import SamplingConfig
+from cadenza.generation.generate import Prompt
+from cadenza.generation.sampler import generate_ids
+from cadenza.models import checkpoint as ckpt
+from cadenza.settings import SettingError
+from tests.conftest import random_piece, write_score
+
+
+@pytest.fixture(scope="module")
+def notes_run(tmp_path_factory):
+    """A tiny model on the note vocabulary with two styles, trained a few steps with anticipation."""
+    from cadenza.training.config import resolve
+
+    root = tmp_path_factory.mktemp("notes")
+    rng = np.random.default_rng(0)
+    for style in ("jig", "chorale"):
+        (root / "in" / style).mkdir(parents=True)
+        for i in range(4):
+            write_score(random_piece(rng, 80), root / "in" / style / f"{i}.mid")
+    store = cadenza.prepare(root / "in", root / "store", styles_from_folders=True, workers=1, progress=False,
+                            tokenizer="notes", valid_fraction=0.25, test_fraction=0.0).store
+    cfg = resolve("tiny", overrides=["context=96", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
+                                     "batch_size=4", "max_steps=4", "eval_every=4", "eval_windows=2",
+                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
+    cadenza.train(cfg, store.path, root / "run", progress=False)
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def chorale(tmp_path_factory):
+    """Four voices, 12 s: quarter notes, the soprano holding a note across 3.5-5.5 s."""
+    rows = []
+    for beat in range(24):
+        t = beat * 0.5
+        for voice, base in enumerate((72, 65, 60, 48)):
+            if voice == 0 and 3.5 < t < 5.5:
+                continue
+            rows.append((t, t + (2.0 if voice == 0 and t == 3.5 else 0.45), base + beat % 3, 70 + voice))
+    s, e, p, v = map(np.array, zip(*rows))
+    return write_midi(Notes.from_arrays(s, e, p, v), tmp_path_factory.mktemp("c") / "chorale.mid")
+
+
+def _keyed(notes: Notes) -> set:
+    return {(round(s, 3), round(e, 3), int(p), int(v)) for s, e, p, v in
+            zip(notes.start, notes.end, notes.pitch, notes.velocity)}
+
+
+def test_an_infill_keeps_every_note_outside_its_span(notes_run, chorale):
+    g = cadenza.generate(notes_run, primer=str(chorale), infill="4:8", num_samples=3, seed=2, style="chorale",
+                         compile=False)
+    original, _ = read_notes(chorale, programs=True)
+    outside = original.take((original.start < 4.0) | (original.start >= 8.0))
+    for notes in g.notes:
+        new = notes.take((notes.start >= 4.0) & (notes.start < 8.0))
+        kept = notes.take((notes.start < 4.0) | (notes.start >= 8.0))
+        assert _keyed(kept) == _keyed(outside)  # including the soprano held across 4 s, whole
+        assert len(new) > 0
+        voice = notes.programs * 128 + notes.pitch
+        for v in np.unique(voice):  # no instrument plays a pitch twice at once, across the span's edges too
+            same = notes.take(voice == v).by_time()
+            assert (same.start[1:] >= same.end[:-1] - 1e-6).all()
+    again = cadenza.generate(notes_run, primer=str(chorale), infill="4:8", num_samples=3, seed=2, style="chorale",
+                             compile=False)
+    assert [_keyed(n) for n in again.notes] == [_keyed(n) for n in g.notes]  # the same seed, the same notes
+
+
+def test_an_accompaniment_returns_the_melody_note_for_note(notes_run, chorale):
+    g = cadenza.generate(notes_run, accompany=str(chorale), num_samples=2, seed=0, compile=False)
+    original, _ = read_notes(chorale, programs=True)
+    tops = original.take(np.isin(original.pitch, [72, 73, 74]))  # the soprano is the top line
+    for notes in g.notes:
+        assert _keyed(tops) <= _keyed(notes)
+        assert len(notes) > len(tops)  # voices were written under it
+        assert notes.start.max() < original.end.max()
+
+
+def test_given_notes_are_forced_the_same_with_and_without_the_cache(notes_run, chorale):
+    model, meta = ckpt.load_model(ckpt.resolve(notes_run), torch.device("cpu"))
+    model = model.double()
+    cfg = SamplingConfig(accompany=str(chorale), seed=0).validate()
+    prompt = Prompt.build(meta, cfg)
+    ids = torch.tensor([prompt.ids] * 2)
+    runs = [generate_ids(model, ids, prompt.tokenizer, prompt.decoding(SamplingConfig(use_cache=cache)),
+                         generator=torch.Generator().manual_seed(3), plan=prompt.request.plan)
+            for cache in (True, False)]
+    assert runs[0] == runs[1]
+
+
+def test_bad_requests_get_one_line_errors(notes_run, chorale, studio_runs, tmp_path):
+    with pytest.raises(SettingError, match="infill must be START:END"):
+        SamplingConfig(primer="x.mid", infill="8-16").validate()
+    with pytest.raises(SettingError, match="infill needs a primer"):
+        SamplingConfig(infill="1:2").validate()
+    with pytest.raises(ValueError, match="starts after the piece ends"):
+        cadenza.generate(notes_run, primer=str(chorale), infill="30:40", compile=False)
+    with pytest.raises(ValueError, match="cannot infill: its performance vocabulary"):
+        cadenza.generate(studio_runs / "tiny", primer=str(chorale), infill="1:2", compile=False)
+    drums = tmp_path / "drums.mid"
+    write_midi(Notes.from_arrays([0.0], [0.5], [36], [90], [128]), drums)
+    with pytest.raises(ValueError, match="no melody"):
+        cadenza.generate(notes_run, accompany=str(drums), compile=False)
+    (tmp_path / "text.mid").write_text("not midi")
+    assert main(["generate", "--checkpoint", str(notes_run), "--accompany", str(tmp_path / "text.mid")]) == 2
+
+
+def test_the_command_line_infills_and_accompanies(notes_run, chorale, tmp_path):
+    assert main(["generate", "--checkpoint", str(notes_run), "--primer", str(chorale), "--infill", "2:6",
+                 "--no-compile", "--quiet", "--out", str(tmp_path / "fill")]) == 0
+    assert main(["generate", "--checkpoint", str(notes_run), "--accompany", str(chorale), "--style", "jig",
+                 "--no-compile", "--quiet", "--out", str(tmp_path / "acc")]) == 0
+    for folder in ("fill", "acc"):
+        notes, _ = read_notes(tmp_path / folder / "sample-000.mid")
+        assert len(notes) > 0
