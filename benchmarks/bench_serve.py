@@ -1,14 +1,14 @@
-"""The studio under load: 16 clients x 4 generations of 10 s of music against `cadenza serve`.
+"""The studio under load: 16 clients x 64 rounds of generations of 10 s of music against `cadenza serve`.
 
     python benchmarks/bench_serve.py --out benchmarks/results/serve/serve.json
 
 Starts the server (its own process, its own data folder, 127.0.0.1), then
 1. one client, batch 1, one generation after another: music seconds per wall second (real-time
    factor) and the time from the request to the first streamed note;
-2. 16 clients at once, each making 4 generations one after another (each style in turn): latency
-   from request to the finished result (p50, p95), jobs per second, errors, time to the first note,
-   and the server's memory (RSS, and its anonymous and file-backed parts) before, and after each
-   round of 16.
+2. 16 clients at once, each making one generation a round (each style in turn), 64 rounds (1,024
+   jobs): latency from request to the finished result (p50, p95), jobs per second, errors, time to
+   the first note, and the server's resident memory after each round: its level over the last half
+   of the run, and how fast it still grows there (a least-squares slope, KB per job).
 Both start once the server's compiled decode step is ready (its build after a code change is waited
 for, and the wait recorded).
 Prints a table and writes the result JSON (with the CPU, its flags and the versions).
@@ -20,9 +20,7 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,53 +29,29 @@ from pathlib import Path
 
 import httpx
 
-
-ALLOCATOR_ENV = ("GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
-                 "MALLOC_TOP_PAD_", "PYTHONMALLOC", "LD_PRELOAD", "MKL_DISABLE_FAST_MM")
-
-
-def process_environment(pid: int, names) -> dict[str, str]:
-    """The variables among `names` in a running process's environment (/proc/PID/environ): what
-    the server runs with, including what `cadenza serve` set when it restarted itself."""
-    pairs = (item.decode(errors="replace").partition("=") for item in
-             Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if item)
-    return {k: v for k, _, v in pairs if k in names}
+# The goal for the server's memory over a long run: its last half adds less than this, at a level no
+# higher than the one the server had before (`--level-goal`).
+GOAL_LAST_HALF_MB = 1.0
 
 
 def memory_reading(pid: int) -> dict:
-    """One reading of /proc/PID/status: resident MB in all, by kind (anonymous: the heaps and thread
-    stacks, what a leak grows; file: code and mapped files, paged in as code paths are first used,
-    which settles and the system can drop; shared memory), and the thread count (each new thread
-    costs its stack and heap, so a count that still grows explains memory that does)."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        fields[name] = value.split()[0] if value.split() else ""
-    mb = {name: float(fields.get(name, "nan")) / 1024 for name in ("VmRSS", "RssAnon", "RssFile", "RssShmem")}
-    return {"rss": mb["VmRSS"], "parts": {k: mb[f"Rss{k}"] for k in ("Anon", "File", "Shmem")},
-            "threads": int(fields.get("Threads", -1))}
+    """Resident MB (/proc/PID/status VmRSS) and the thread count of a process: each new thread costs
+    its stack and heap, so a count that still grows explains memory that does."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {"rss": int(status["VmRSS"].split()[0]) / 1024, "threads": int(status["Threads"])}
 
 
-def rss_by_mapping_kb(pid: int) -> dict[str, int]:
-    """Resident KB per kind of mapping (/proc/PID/smaps): the brk heap, anonymous mappings (malloc's
-    other arenas and large blocks, Python's object arenas, thread stacks) and each mapped file by
-    name. Diffed between two rounds it says where memory that grows lives."""
-    out: dict[str, int] = {}
-    kind = "anonymous"
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        head = line.split(maxsplit=5)
-        if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):  # a mapping's first line
-            kind = Path(head[5]).name if len(head) > 5 and head[5].startswith("/") else (
-                head[5] if len(head) > 5 else "anonymous")
-        elif head[0] == "Rss:":
-            out[kind] = out.get(kind, 0) + int(head[1])
-    return out
-
-
-def growth_kb(before: dict[str, int], after: dict[str, int], top: int = 8) -> dict[str, int]:
-    """The mappings whose resident size changed most between two `rss_by_mapping_kb` readings."""
-    diff = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
-    return dict(sorted(((k, v) for k, v in diff.items() if v), key=lambda kv: -abs(kv[1]))[:top])
+def memory_summary(rss_mb: list[float], jobs_per_round: int, level_goal: float) -> dict:
+    """Resident memory after each round -> the level over the run's last half (median), the growth
+    there (a least-squares slope, and the MB it adds over that half) and whether the goal is met."""
+    half = rss_mb[len(rss_mb) // 2:]
+    jobs = [jobs_per_round * (i + 1) for i in range(len(rss_mb))][len(rss_mb) // 2:]
+    slope = statistics.linear_regression(jobs, half).slope * 1024 if len(half) > 1 else float("nan")
+    added = slope * (jobs[-1] - jobs[0]) / 1024
+    level = statistics.median(half)
+    return {"level_mb": level, "last_half_rounds": len(half), "last_half_slope_kb_per_job": slope,
+            "last_half_added_mb": added, "goal": f"the last half adds < {GOAL_LAST_HALF_MB:g} MB at a level "
+            f"<= {level_goal:g} MB", "goal_met": added < GOAL_LAST_HALF_MB and level <= level_goal}
 
 
 def one_job(base: str, model: str, settings: dict) -> dict:
@@ -108,36 +82,6 @@ def one_job(base: str, model: str, settings: dict) -> dict:
     return out
 
 
-def start_server(data: str, runs: str | None = None, options=(), env: dict | None = None) -> subprocess.Popen:
-    """`cadenza serve` (with `options`) as a user starts it, in its own process on a free port of
-    127.0.0.1, once it answers: the process, with its address (`.base`), its log and how long it took
-    to answer (`.start_seconds`). `env`: its environment (default: this one)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", data, *options]
-    if runs:
-        cmd += ["--runs", runs]
-    # The server's log goes to a file in its data folder: a pipe nobody reads while it runs would
-    # block the server once its buffer filled (a build's warnings, a stack of failed jobs).
-    log = open(Path(data) / "server.log", "w+")
-    proc = subprocess.Popen(cmd, stderr=log, text=True, env=env)
-    proc.log, proc.base = log, f"http://127.0.0.1:{port}"
-    t0 = time.time()
-    while True:
-        try:
-            if httpx.get(f"{proc.base}/api/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.time() - t0 > 120:
-            log.seek(0)
-            raise RuntimeError(f"the server did not start: {log.read()[-500:]}")
-        time.sleep(0.1)
-    proc.start_seconds = time.time() - t0
-    return proc
-
-
 def wait_for_compiled_step(base: str, limit: float = 600) -> tuple[str, float]:
     """Wait until the server's background warm-up has built or loaded the compiled decode step:
     measured before, the figures would be of eager decoding beside a compiler (after a code or
@@ -159,17 +103,11 @@ def solo(base: str, model: str, styles: list[str], seconds: float, n: int) -> di
             "errors": sum(r["error"] is not None for r in runs)}
 
 
-def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int) -> dict:
+def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int, rounds: int, pid: int,
+          level_goal: float) -> dict:
     results: list[list[dict]] = [[] for _ in range(rounds)]
     readings = [memory_reading(pid)]  # before, and after each round
-    maps: list[dict[str, int]] = []  # after the first round, and after the last
-
-    def measure() -> None:
-        readings.append(memory_reading(pid))
-        if len(readings) == 2 or len(readings) == rounds + 1:
-            maps.append(rss_by_mapping_kb(pid))
-
-    barrier = threading.Barrier(clients, action=measure)
+    barrier = threading.Barrier(clients, action=lambda: readings.append(memory_reading(pid)))
 
     def client(k: int) -> None:
         for r in range(rounds):
@@ -190,23 +128,19 @@ def crowd(base: str, model: str, styles: list[str], seconds: float, clients: int
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    memory, parts = [m["rss"] for m in readings], [m["parts"] for m in readings]
     flat = [x for r in results for x in r]
     lat = sorted(x["latency"] for x in flat)
     firsts = sorted(x["first_note"] for x in flat if x["first_note"] is not None)
+    rss = [m["rss"] for m in readings]
     return {"jobs": len(flat), "errors": sum(x["error"] is not None for x in flat),
             "error_messages": sorted({x["error"] for x in flat if x["error"]})[:5], "wall_seconds": wall,
             "jobs_per_s": len(flat) / wall, "latency_p50": lat[len(lat) // 2],
             "latency_p95": lat[min(len(lat) - 1, int(0.95 * len(lat)))],
             "first_note_p50": firsts[len(firsts) // 2] if firsts else None,
             "first_note_p95": firsts[min(len(firsts) - 1, int(0.95 * len(firsts)))] if firsts else None,
-            "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": memory,
+            "music_seconds": sum(x["seconds"] for x in flat), "rss_mb_before_and_after_each_round": rss,
             "threads_before_and_after_each_round": [m["threads"] for m in readings],
-            "rss_parts_mb_before_and_after_each_round": parts,
-            "anon_growth_after_first_round_mb": parts[-1]["Anon"] - parts[1]["Anon"],
-            "file_growth_after_first_round_mb": parts[-1]["File"] - parts[1]["File"],
-            "growth_after_first_round_by_mapping_kb": growth_kb(maps[0], maps[-1]),
-            "rss_growth_after_first_round_mb": memory[-1] - memory[1]}
+            "memory": memory_summary(rss[1:], clients, level_goal)}
 
 
 def main(argv=None) -> int:
@@ -214,56 +148,58 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="styles", help="a model id the server offers (default: the shipped one)")
     ap.add_argument("--runs", help="--runs for the server (to benchmark a model of yours)")
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--solo", type=int, default=6, help="batch-1 generations for the real-time factor")
+    ap.add_argument("--level-goal", type=float, default=360.0,
+                    help="MB the server's memory may settle at (default: serve.json at 45c498d, on an AMD EPYC; "
+                         "on another machine, what the code before that change settles at there)")
     ap.add_argument("--out", help="write the result JSON here")
     a = ap.parse_args(argv)
     from cadenza.env.record import cpu_info, git_commit, library_versions
     from cadenza.models.zoo import DEFAULT
+    from cadenza.studio.server import launch
 
     load_before = os.getloadavg()[0]  # other work on the machine slows every figure but memory
-    with tempfile.TemporaryDirectory(prefix="cadenza-bench-serve-") as data:
-        server = start_server(data, a.runs)
-        base = server.base
-        try:
-            compiled_step, warm_wait = wait_for_compiled_step(base)
-            if compiled_step != "ready":
-                print(f"warning: the server's compiled decode step is {compiled_step!r}: the figures are of "
-                      "eager decoding", file=sys.stderr)
-            if a.model != DEFAULT:
-                print(f"warning: the server warms up only its default model; {a.model} may decode eagerly "
-                      "while its compiled step is built during the run", file=sys.stderr)
-            styles = next(m["styles"] for m in httpx.get(f"{base}/api/models").json() if m["id"] == a.model)
-            one = solo(base, a.model, styles, a.seconds, a.solo)
-            many = crowd(base, a.model, styles, a.seconds, a.clients, a.rounds, server.pid)
-            allocator_env = process_environment(server.pid, ALLOCATOR_ENV)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            server.log.close()
+    with tempfile.TemporaryDirectory(prefix="cadenza-bench-serve-") as data, \
+            launch(data, *(("--runs", a.runs) if a.runs else ())) as server:
+        compiled_step, warm_wait = wait_for_compiled_step(server.url)
+        if compiled_step != "ready":
+            print(f"warning: the server's compiled decode step is {compiled_step!r}: the figures are of "
+                  "eager decoding", file=sys.stderr)
+        if a.model != DEFAULT:
+            print(f"warning: the server warms up only its default model; {a.model} may decode eagerly "
+                  "while its compiled step is built during the run", file=sys.stderr)
+        styles = next(m["styles"] for m in httpx.get(f"{server.url}/api/models").json() if m["id"] == a.model)
+        one = solo(server.url, a.model, styles, a.seconds, a.solo)
+        many = crowd(server.url, a.model, styles, a.seconds, a.clients, a.rounds, server.process.pid, a.level_goal)
     result = {"model": a.model, "clients": a.clients, "rounds": a.rounds, "seconds_per_job": a.seconds,
               "server_start_seconds": server.start_seconds, "compiled_step": compiled_step,
               "waited_for_compiled_step_seconds": warm_wait, "solo": one, "crowd": many,
-              "load_average_at_start": load_before, "cpu": cpu_info(),
+              "load_average_at_start": load_before, "load_average_at_end": os.getloadavg()[0], "cpu": cpu_info(),
               "torch_threads_per_job": max(1, (os.cpu_count() or 1) // 2),
               "code_commit": git_commit(), "versions": library_versions(("cadenza", "torch", "fastapi", "uvicorn")),
-              "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])]),
-              # each changes how the server's memory grows: its own, after it restarted with its settings
-              "allocator_environment": allocator_env}
-    print(f"server start {server.start_seconds:.1f} s; compiled step {compiled_step} {warm_wait:.0f} s later")
-    print(f"batch 1: {one['realtime_factor_median']:.1f}x real time, "
-          f"first note {one['first_note_median'] * 1000:.0f} ms")
-    print(f"{many['jobs']} jobs from {a.clients} clients: p50 {many['latency_p50']:.2f} s, p95 "
-          f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
-          f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; "
-          f"RSS MB {[round(m, 1) for m in many['rss_mb_before_and_after_each_round']]} "
-          f"({many['rss_growth_after_first_round_mb']:+.2f} MB after the first round); "
-          f"threads {many['threads_before_and_after_each_round']}")
+              "command": shlex.join(["python", "benchmarks/bench_serve.py", *(argv or sys.argv[1:])])}
+    report(result)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def report(r: dict) -> None:
+    one, many, mem = r["solo"], r["crowd"], r["crowd"]["memory"]
+    print(f"server start {r['server_start_seconds']:.1f} s; compiled step {r['compiled_step']} "
+          f"{r['waited_for_compiled_step_seconds']:.0f} s later")
+    print(f"batch 1: {one['realtime_factor_median']:.1f}x real time, "
+          f"first note {one['first_note_median'] * 1000:.0f} ms")
+    print(f"{many['jobs']} jobs from {r['clients']} clients: p50 {many['latency_p50']:.2f} s, p95 "
+          f"{many['latency_p95']:.2f} s, {many['jobs_per_s']:.2f} jobs/s, {many['errors']} errors, first note p50 "
+          f"{(many['first_note_p50'] or 0) * 1000:.0f} ms; "
+          f"threads {sorted(set(many['threads_before_and_after_each_round']))}")
+    print(f"memory: {mem['level_mb']:.1f} MB over the last half, {mem['last_half_slope_kb_per_job']:+.2f} KB a job "
+          f"there ({mem['last_half_added_mb']:+.2f} MB over {mem['last_half_rounds']} rounds); goal ({mem['goal']}): "
+          f"{'met' if mem['goal_met'] else 'NOT MET'}")
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def tokenizer():
     return PerformanceTokenizer()
 
 
-__all__ = ["make_score", "write_score", "random_piece", "shared", "symusic", "wait_until"]
+__all__ = ["make_score", "random_piece", "shared", "symusic", "wait_until", "write_score"]
 
 
 def allow_compiling(mp: pytest.MonkeyPatch, cache: Path) -> None:

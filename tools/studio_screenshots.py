@@ -2,37 +2,19 @@
 
     python tools/studio_screenshots.py --out docs/img
 
-Starts `cadenza serve` on a free 127.0.0.1 port, then drives the page with Playwright (Debian's
-chromium): an Irish tune generated (studio-generated.png), a Bach chorale dropped on the page and
-continued (studio-continued.png), and that continuation's engraved score (studio-score.png).
+Starts `cadenza serve` on a free 127.0.0.1 port (`cadenza.studio.server.launch`), then drives the
+page with Playwright (Debian's chromium): an Irish tune generated (studio-generated.png), a Bach
+chorale dropped on the page and continued (studio-continued.png), and that continuation's engraved
+score (studio-score.png).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import httpx
-
-
-def start(port: int, data: str) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "cadenza", "serve", "--port", str(port), "--data", data],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("the studio did not start within 120 s")
 
 
 def chorale_midi(folder: Path) -> Path:
@@ -80,16 +62,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=3)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="cadenza-shots-") as tmp:
-        server = start(port, tmp)
-        try:
-            shoot(f"http://127.0.0.1:{port}", a.out, chorale_midi(Path(tmp)), a.seed)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    from cadenza.studio.server import launch
+
+    with tempfile.TemporaryDirectory(prefix="cadenza-shots-") as tmp, launch(Path(tmp) / "data") as server:
+        shoot(server.url, a.out, chorale_midi(Path(tmp)), a.seed)
     print(f"wrote {', '.join(f'studio-{n}.png' for n in ('generated', 'continued', 'score'))} to {a.out}")
     return 0
 
