@@ -19,6 +19,7 @@ from cadenza.env.probes import Probes, parse_nvidia_smi
 
 REPO = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
+CU126 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]  # torch.cuda.get_arch_list() of the build
 
 
 def _gpu(i: int, name: str = "NVIDIA H100 80GB HBM3", cc: str = "9.0") -> dict:
@@ -34,9 +35,9 @@ class FakeProbes(Probes):
         self._env = over.pop("env", {"PATH": "/usr/bin"})
         self._smi = over.pop("smi", {"ok": True, "error": None, "gpus": [
             {"driver": "570.86.15", "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}] * 2})
-        torch = {"installed": True, "version": "2.13.0+cu128", "cuda": "12.8", "hip": None, "cudnn": 91002,
+        torch = {"installed": True, "version": "2.13.0+cu126", "cuda": "12.6", "hip": None, "cudnn": 91002,
                  "nccl": "2.27.3", "cuda_available": True, "cuda_error": None, "device_count": 2,
-                 "gpus": [_gpu(0), _gpu(1)], "mps": False, "threads": 8}
+                 "gpus": [_gpu(0), _gpu(1)], "arch_list": CU126, "mps": False, "threads": 8}
         torch.update(over.pop("torch", {}))
         self._torch = torch
         self._smoke = over.pop("smoke", None)
@@ -45,6 +46,7 @@ class FakeProbes(Probes):
         self._container = over.pop("container", None)
         self._which = over.pop("which", {"fluidsynth": "/usr/bin/fluidsynth"})
         self._soundfonts = over.pop("soundfonts", ["/usr/share/sounds/sf2/FluidR3_GM.sf2"])
+        self._audio = over.pop("audio", "audio: fluidsynth with the SoundFont /usr/share/sounds/sf2/FluidR3_GM.sf2")
         assert not over, over
 
     def env(self):
@@ -78,6 +80,9 @@ class FakeProbes(Probes):
 
     def soundfonts(self):
         return list(self._soundfonts)
+
+    def audio_backend(self):
+        return self._audio
 
     def cpu(self):
         return {"count": 32, "usable": 32}
@@ -122,7 +127,7 @@ def test_doctor_summary_is_short_names_the_cpu_and_skips_the_smoke_test():
     probes = FakeProbes()
     s = doctor.doctor_summary(probes)
     assert probes.smoke_calls == [] and json.loads(json.dumps(s)) == s
-    assert s["build"] == "cuda 12.8" and s["driver"] == "570.86.15" and len(s["gpus"]) == 2
+    assert s["build"] == "cuda 12.6" and s["driver"] == "570.86.15" and len(s["gpus"]) == 2
     real = doctor.doctor_summary()
     assert {"python", "torch", "build", "git_commit", "cpu_count", "cpu", "cpu_isa"} <= set(real)
 
@@ -143,15 +148,16 @@ def test_cpu_torch_with_nvidia_gpu(capsys):
     code, out = run_doctor(capsys, probes)
     d = only(out, "cpu_torch_with_gpu")
     assert code == 1 and d["severity"] == "error" and "CPU-only build" in d["message"]
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" in d["fix"]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" in d["fix"]
     assert not [x for x in out["diagnoses"] if x["code"] == "no_cuda"]  # the specific cause, not twice
     code, out = run_doctor(capsys, probes, device="cpu")  # deliberately on CPU: only a warning
     assert code == 0 and only(out, "cpu_torch_with_gpu")["severity"] == "warn"
 
 
-@pytest.mark.parametrize("cuda, driver, need", [("12.8", "515.65.01", "525.60.13"), ("11.8", "440.33", "450.80.02"),
-                                                ("13.0", "575.51.03", "580")])
-def test_driver_too_old_for_torch_cuda(capsys, cuda, driver, need):
+@pytest.mark.parametrize("cuda, driver, need, match", [("12.6", "515.65.01", "525.60.13", None),
+                                                       ("11.8", "440.33", "450.80.02", None),
+                                                       ("13.0", "575.51.03", "580", "whl/cu126")])
+def test_driver_too_old_for_torch_cuda(capsys, cuda, driver, need, match):
     probes = FakeProbes(smi={"ok": True, "error": None, "gpus": [{"driver": driver, "name": "Tesla T4",
                                                                   "memory_mib": 15360}]},
                         torch={"cuda": cuda, "cuda_available": False, "device_count": 0, "gpus": [],
@@ -159,11 +165,30 @@ def test_driver_too_old_for_torch_cuda(capsys, cuda, driver, need):
     code, out = run_doctor(capsys, probes)
     d = only(out, "driver_too_old")
     assert code == 1 and f"driver {driver} is too old for torch's CUDA {cuda} (needs >= {need})" in d["message"]
-    assert f"upgrade the driver to >= {need}" in d["fix"]
+    assert d["fix"].startswith(f"upgrade the driver to >= {need}")
+    # a pinned build the driver runs is named; when none does, upgrading the driver is the one fix
+    assert (", or match torch to it: pip uninstall -y torch && pip install torch==2.13.0 --index-url "
+            "https://download.pytorch.org/whl/cu126" in d["fix"]) == bool(match)
+
+
+def test_a_gpu_the_build_has_no_code_for(capsys):
+    v100 = [_gpu(0, "Tesla V100-SXM2-16GB", "7.0")]
+    cu130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+    probes = FakeProbes(smi={"ok": True, "error": None, "gpus": [{"driver": "590.48.01", "name": "Tesla V100",
+                                                                  "memory_mib": 16384}]},
+                        torch={"version": "2.13.0+cu130", "cuda": "13.0", "device_count": 1, "gpus": v100,
+                               "arch_list": cu130})
+    code, out = run_doctor(capsys, probes, precision="fp16")
+    d = only(out, "arch_unsupported")
+    assert code == 1 and d["severity"] == "error" and "GPU 0 (Tesla V100-SXM2-16GB)" in d["message"]
+    assert "compute capability 7.0" in d["message"] and "no kernel image" in d["message"]
+    assert d["fix"].endswith("--index-url https://download.pytorch.org/whl/cu126")  # 12.6 still has sm_70
+    _, out = run_doctor(capsys, FakeProbes(torch={"device_count": 1, "gpus": v100}), precision="fp16")
+    assert "arch_unsupported" not in {x["code"] for x in out["diagnoses"]}
 
 
 def test_min_driver_table():
-    assert min_driver("12.8") == min_driver("12.1") == "525.60.13"
+    assert min_driver("12.6") == min_driver("12.1") == "525.60.13"
     assert min_driver("11.8") == "450.80.02" and min_driver("13.0") == "580" and min_driver("9.0") is None
 
 
@@ -220,18 +245,28 @@ def test_bf16_requested_on_a_cpu_without_native_bf16(capsys):
     assert "no_cpu_bf16" not in {x["code"] for x in out["diagnoses"]}
 
 
-@pytest.mark.parametrize("env, code_", [({}, "no_soundfont"),
-                                        ({"CADENZA_SOUNDFONT": "/nowhere/gm.sf2"}, "soundfont_missing")])
-def test_no_soundfont(capsys, env, code_):
-    code, out = run_doctor(capsys, FakeProbes(env=env, soundfonts=[]))
-    d = only(out, code_)
-    assert code == 0 and d["severity"] == "warn"
-    assert "apt-get install fluid-soundfont-gm" in d["fix"] or "CADENZA_SOUNDFONT" in d["fix"]
+def test_a_soundfont_path_that_is_not_a_file(capsys):
+    code, out = run_doctor(capsys, FakeProbes(env={"CADENZA_SOUNDFONT": "/nowhere/gm.sf2"}, soundfonts=[]))
+    d = only(out, "soundfont_missing")
+    assert code == 0 and d["severity"] == "warn" and "CADENZA_SOUNDFONT" in d["fix"]
 
 
-def test_no_fluidsynth(capsys):
-    code, out = run_doctor(capsys, FakeProbes(which={}))
-    assert code == 0 and "apt-get install fluidsynth" in only(out, "no_fluidsynth")["fix"]
+def test_no_soundfont_renderer_means_synthetic_tones(capsys):
+    numpy = "audio: the built-in numpy synthesizer (no SoundFont renderer found: pip install midirenderer ...)"
+    code, out = run_doctor(capsys, FakeProbes(which={}, soundfonts=[], audio=numpy))
+    d = only(out, "no_soundfont_renderer")
+    assert code == 0 and d["severity"] == "warn" and "numpy" in d["message"]
+    assert d["fix"] == "pip install midirenderer pretty_midi, or apt-get install fluidsynth fluid-soundfont-gm"
+    pip_only = "audio: midirenderer with the SoundFont /venv/pretty_midi/TimGM6mb.sf2"
+    _, out = run_doctor(capsys, FakeProbes(which={}, soundfonts=[], audio=pip_only))
+    assert not [x for x in out["diagnoses"] if x["severity"] == "warn"]  # real instruments from pip alone
+
+
+def test_the_table_says_which_synthesizer_renders(capsys):
+    args = argparse.Namespace(json=False, device="auto", precision=None, no_smoke=False)
+    doctor_cli.run(args, probes=FakeProbes())
+    assert re.search(r"\nAudio +fluidsynth with the SoundFont /usr/share/sounds/sf2/FluidR3_GM.sf2\n",
+                     capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("container, smi, fix", [
@@ -298,10 +333,15 @@ def test_human_output_is_a_table_then_fixes(capsys):
     assert "WARN   /dev/shm is 64 MiB" in diag and "fix: docker run --shm-size=8g" in diag
 
 
-def test_wheel_cuda_matches_versions_env():
+def test_the_install_hint_names_the_build_versions_env_pins(capsys):
     env = dict(line.split("=", 1) for line in (REPO / "docker" / "versions.env").read_text().splitlines()
                if line and not line.startswith("#"))
-    assert doctor.WHEEL_CUDA[0] == env["CUDA_VERSION"]
+    probes = FakeProbes(torch={"version": "2.13.0+cpu", "cuda": None, "cuda_available": False, "device_count": 0,
+                               "gpus": []})
+    _, out = run_doctor(capsys, probes)
+    assert only(out, "cpu_torch_with_gpu")["fix"].endswith(
+        f"torch=={env['TORCH_VERSION']} --index-url https://download.pytorch.org/whl/"
+        f"cu{env['CUDA_VERSION'].replace('.', '')}")
 
 
 def test_smoke_dtype_follows_the_gpus():

@@ -15,17 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cadenza.env.cuda import arch_problem, install_hint
 from cadenza.env.probes import Probes, StageProbe
 from cadenza.env.record import cache_dir, git_commit, library_versions
-from cadenza.env.tools import MUSESCORE_BINARIES, SOUNDFONT_DIRS
+from cadenza.env.tools import MUSESCORE_BINARIES, PIP_HINT
 
 GiB = 1 << 30
 # Minimum Linux driver per CUDA major(.minor): CUDA's minor-version compatibility lets any driver of
 # the major's first release run every later minor, so the major entry covers most builds.
 MIN_DRIVER = {"10.2": "440.33", "11.0": "450.36.06", "11": "450.80.02", "12": "525.60.13", "13": "580"}
-# CUDA builds of torch wheels we suggest, newest first; 12.8 matches docker/versions.env (a test checks).
-WHEEL_CUDA = ("12.8", "11.8")
-TORCH_INDEX = "https://download.pytorch.org/whl/"
 
 
 @dataclass
@@ -67,7 +65,8 @@ def collect(probes: Probes | None = None, smoke: bool = True, precision: str | N
         "disk_free": {"cache": {"path": cache, "bytes": p.disk_free(cache)},
                       "cwd": {"path": os.getcwd(), "bytes": p.disk_free(os.getcwd())}},
         "container": p.container(),
-        "optional": {"fluidsynth": p.which("fluidsynth"), "pyfluidsynth": p.module_version("pyfluidsynth"),
+        "optional": {"audio": p.audio_backend(),
+                     "fluidsynth": p.which("fluidsynth"), "pyfluidsynth": p.module_version("pyfluidsynth"),
                      "soundfonts": p.soundfonts(), "cadenza_soundfont": env.get("CADENZA_SOUNDFONT"),
                      "musescore": next((w for b in MUSESCORE_BINARIES if (w := p.which(b))), None),
                      "tensorboard": p.module_version("tensorboard"), "miditok": p.module_version("miditok")},
@@ -97,12 +96,9 @@ def target_device(r: dict, device: str = "auto") -> str:
 
 
 def _wheel_fix(r: dict, driver: str | None) -> str:
-    base = r["torch"].get("version", "").split("+")[0] or "<version>"
-    fits = [c for c in WHEEL_CUDA if not driver or _vtuple(driver) >= _vtuple(min_driver(c) or "0")]
-    if not fits:
-        return f"upgrade the NVIDIA driver to >= {MIN_DRIVER['12']}"
-    return (f"pip uninstall -y torch && pip install torch=={base} "
-            f"--index-url {TORCH_INDEX}cu{fits[0].replace('.', '')}")
+    """The pinned torch's CUDA build for this driver and the first GPU torch sees (any GPU when it sees none)."""
+    gpus = r["torch"].get("gpus") or []
+    return install_hint(driver, gpus[0]["capability"] if gpus else None)
 
 
 def diagnose(report: dict, device: str = "auto", precision: str | None = None) -> list[Diagnosis]:
@@ -150,9 +146,13 @@ def _cuda_findings(r: dict, device: str, precision: str | None, add) -> None:
     need = min_driver(t["cuda"]) if t.get("cuda") else None
     too_old = bool(driver and need and _vtuple(driver) < _vtuple(need))
     if too_old:
+        hint = _wheel_fix(r, driver)  # a pinned build this driver runs, else the driver that build needs
         note(blocking, "driver_too_old",
              f"NVIDIA driver {driver} is too old for torch's CUDA {t['cuda']} (needs >= {need})",
-             f"upgrade the driver to >= {need}, or match torch to it: {_wheel_fix(r, driver)}")
+             f"upgrade the driver to >= {need}" + (f", or match torch to it: {hint}" if hint.startswith("pip") else ""))
+    for g in t.get("gpus") or []:
+        if problem := arch_problem(g["capability"], t.get("arch_list") or (), f"GPU {g['index']} ({g['name']})"):
+            note(blocking, "arch_unsupported", problem, install_hint(driver, g["capability"]))
     cvd = r.get("cuda_visible_devices")
     if cvd is not None and not too_old:
         first = cvd.split(",")[0].strip()
@@ -214,17 +214,15 @@ def _resource_findings(r: dict, device: str, precision: str | None, add) -> None
 
 
 def _audio_findings(r: dict, device: str, precision: str | None, add) -> None:
+    """Audio with real instruments needs a SoundFont renderer; without one WAVs are synthetic tones."""
     opt = r["optional"]
-    if not opt["fluidsynth"] and not opt["pyfluidsynth"]:
-        add("warn", "no_fluidsynth", "FluidSynth is not installed: MIDI -> audio rendering is off",
-            "apt-get install fluidsynth (and pip install pyfluidsynth)")
     if opt["cadenza_soundfont"] and opt["cadenza_soundfont"] not in opt["soundfonts"]:
         add("warn", "soundfont_missing", f"CADENZA_SOUNDFONT={opt['cadenza_soundfont']} is not a file",
             "point CADENZA_SOUNDFONT at an existing .sf2 file")
-    elif not opt["soundfonts"]:
-        add("warn", "no_soundfont", "no General MIDI SoundFont found (looked in " + ", ".join(SOUNDFONT_DIRS)
-            + ", $CADENZA_SOUNDFONT): audio rendering is off",
-            "apt-get install fluid-soundfont-gm, or export CADENZA_SOUNDFONT=/path/to/GM.sf2")
+    if opt["audio"].startswith("audio: the built-in numpy"):
+        add("warn", "no_soundfont_renderer", "no SoundFont renderer is installed: audio is the built-in numpy "
+            "synthesizer's tones, not sampled instruments", f"{PIP_HINT}, or apt-get install fluidsynth "
+            "fluid-soundfont-gm")
 
 
 # Each adds its diagnoses, most blocking first: f(report, device, precision, add(severity, code, message, fix)).
@@ -287,6 +285,7 @@ def format_report(r: dict, diagnoses: list[Diagnosis], device: str, precision: s
              ("/dev/shm", _size(r["shm_bytes"]))]
     rows += [(f"free disk ({k})", f"{_size(d['bytes'])}  {d['path']}") for k, d in r["disk_free"].items()]
     rows += [("container", r["container"] or "no"),
+             ("Audio", opt["audio"].removeprefix("audio: ")),
              ("FluidSynth", f"binary {opt['fluidsynth'] or '-'}, pyfluidsynth {opt['pyfluidsynth'] or '-'}"),
              ("SoundFont", opt["soundfonts"][0] if opt["soundfonts"] else "-"),
              ("MuseScore", opt["musescore"] or "-"), ("TensorBoard", opt["tensorboard"] or "-"),

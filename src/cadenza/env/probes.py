@@ -81,7 +81,7 @@ class Probes:
         t: dict[str, Any] = {"installed": True, "version": torch.__version__, "cuda": torch.version.cuda,
                              "hip": getattr(torch.version, "hip", None), "cudnn": None, "nccl": None,
                              "cuda_available": False, "cuda_error": None, "device_count": 0, "gpus": [],
-                             "mps": False, "threads": torch.get_num_threads(), "cpu_bf16": _cpu_bf16()}
+                             "arch_list": [], "mps": False, "threads": torch.get_num_threads(), "cpu_bf16": _cpu_bf16()}
         with warnings.catch_warnings(record=True) as caught:  # "driver too old" arrives as a warning
             warnings.simplefilter("always")
             t["cuda_available"] = bool(torch.cuda.is_available())
@@ -100,16 +100,16 @@ class Probes:
                 t["nccl"] = None
         if t["cuda_available"]:
             t["device_count"] = torch.cuda.device_count()
-            try:  # a GPU in a bad state raises here; doctor must report that, not crash on it
-                for i in range(t["device_count"]):
-                    p = torch.cuda.get_device_properties(i)
-                    native = p.major >= 8  # Ampere+: bf16 tensor cores and TF32
-                    t["gpus"].append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
-                                      "memory_bytes": p.total_memory,
-                                      "bf16": bool(torch.cuda.is_bf16_supported()) if t["hip"] else native,
-                                      "tf32": native and not t["hip"]})
-            except RuntimeError as e:
-                t["cuda_error"] = _line(e)
+            t["arch_list"] = list(torch.cuda.get_arch_list())  # the GPU code this build carries
+            # A GPU the build has no code for warns "sm_XX is not compatible" here; doctor says so itself
+            # (arch_unsupported), with the fix. A GPU in a bad state raises: report it, do not crash.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    for i in range(t["device_count"]):
+                        t["gpus"].append(_gpu(torch, i, t["hip"]))
+                except RuntimeError as e:
+                    t["cuda_error"] = _line(e)
         return t
 
     def gpu_smoke(self, device: str, dtype: str) -> dict:
@@ -173,10 +173,21 @@ class Probes:
             found.append(sf)
         return found + [str(p) for p in tools.soundfonts()]
 
+    def audio_backend(self) -> str:
+        """Which synthesizer renders audio here, in the line `cadenza render` prints."""
+        return tools.describe_backend()
+
     def cpu(self) -> dict:
         usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         info = cpu_info()
         return {"count": os.cpu_count(), "usable": usable, "model": info["model"], "isa": info["isa"]}
+
+
+def _gpu(torch, i: int, hip: str | None) -> dict:
+    p = torch.cuda.get_device_properties(i)
+    native = p.major >= 8  # Ampere+: bf16 tensor cores and TF32
+    return {"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}", "memory_bytes": p.total_memory,
+            "bf16": bool(torch.cuda.is_bf16_supported()) if hip else native, "tf32": native and not hip}
 
 
 def _cpu_bf16() -> bool:
