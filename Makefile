@@ -4,9 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 include docker/versions.env
-# CPU build by default (installs from local disk where a wheel is cached). A CUDA user runs, e.g.:
-#   make install TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
-TORCH_INDEX ?=
+# CPU build by default (installs from local disk where a wheel is cached). On a GPU machine:
+#   make install CUDA=1      the default CUDA build of docker/versions.env (CUDA_VERSION)
+#   make install CUDA=13.0   another build the pinned torch ships (src/cadenza/env/versions.py)
+CUDA ?=
+TORCH_INDEX ?= $(if $(CUDA),--index-url https://download.pytorch.org/whl/cu$(subst .,,$(if $(filter 1,$(CUDA)),$(CUDA_VERSION),$(CUDA))))
 EXTRAS ?= dev
 
 .PHONY: install test demo bench lint clean

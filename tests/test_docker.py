@@ -81,7 +81,7 @@ def test_every_image_tag_and_index_url_names_a_pinned_torch_build():
     from cadenza.env import versions
 
     tags = {b.tag for b in versions.CUDA_BUILDS}
-    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(DOCKER.iterdir()),
+    files = [REPO / "README.md", REPO / "Makefile", *sorted((REPO / "docs").glob("*.md")), *sorted(DOCKER.iterdir()),
              *sorted((REPO / "src").rglob("*.py")), *sorted((REPO / "benchmarks").glob("gpu_check.*"))]
     for f in files:
         text = f.read_text()
@@ -90,6 +90,18 @@ def test_every_image_tag_and_index_url_names_a_pinned_torch_build():
         for torch_v, cuda_v in re.findall(r"pytorch/pytorch:([\d.]+)-cuda([\d.]+)-cudnn", text):
             assert (torch_v, cuda_v) in {(versions.TORCH_VERSION, b.cuda) for b in versions.CUDA_BUILDS}, \
                 f"{f.relative_to(REPO)} names the image of torch {torch_v} with CUDA {cuda_v}"
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="no make")
+@pytest.mark.parametrize("cuda, index", [("", None), ("1", "default"), ("13.0", "cu130")])
+def test_make_install_takes_torch_from_the_pinned_build(cuda, index):
+    from cadenza.env import versions
+
+    dry = subprocess.run(["make", "-n", "install", f"CUDA={cuda}", "VENV=/no-such-venv"], cwd=REPO,
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    line = next(x for x in dry.splitlines() if f'"torch=={versions.TORCH_VERSION}"' in x).rstrip()
+    tag = "cu" + versions.CUDA_VERSION.replace(".", "") if index == "default" else index
+    assert line.endswith(f"--index-url https://download.pytorch.org/whl/{tag}" if tag else '"')
 
 
 def test_dockerfile_targets():
