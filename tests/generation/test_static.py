@@ -216,3 +216,48 @@ def test_a_build_autotunes_without_printing_inductors_tables(built, capfd, tmp_p
     assert compiled.decoder(m, 1, quiet=True) is not None
     err = capfd.readouterr().err
     assert "AUTOTUNE" not in err and "Autotune Choices" not in err, err[-500:]
+
+
+@pytest.fixture(scope="module")
+def notes_model(compile_here):
+    """A model on the note vocabulary, and an accompaniment's prompt and plan (a forced melody)."""
+    from cadenza.data.anticipation import accompany_request
+    from cadenza.data.midi import Notes
+    from cadenza.data.tokenizers import NoteTokenizer
+
+    tok = NoteTokenizer()
+    torch.manual_seed(1)
+    m = build_model(ModelConfig(vocab_size=tok.vocab_size, d_model=64, n_layers=2, n_heads=4, d_ff=128, context=128,
+                                dropout=0.0)).eval()
+    starts = torch.arange(16) * 0.5
+    melody = Notes.from_arrays(starts.numpy(), (starts + 0.45).numpy(), [72, 74, 76, 77] * 4, [80] * 16)
+    request = accompany_request(tok, melody)
+    return m, tok, torch.tensor([tok.window_prefix(None, True) + request.prompt.tolist()] * 2), request.plan
+
+
+@pytest.mark.slow
+def test_the_note_vocabulary_decodes_the_same_compiled_and_eager(notes_model):
+    """Greedy decoding with given notes forced by the masks (and window slides past context 128):
+    the compiled decode step picks the eager model's tokens; sampled, it draws what the eager
+    filters draw from its logits."""
+    m, tok, prompt, plan = notes_model
+    cfg = SamplingConfig(max_tokens=300, top_k=1, stop_at_eos=False)
+    greedy = [generate_ids(m, prompt, tok, cfg, fast=decoder, plan=plan)
+              for decoder in (None, compiled.decoder(m, 2, quiet=True))]
+    assert greedy[0] == greedy[1]
+    dec = compiled.decoder(m, 2, quiet=True)
+    seen, step_draw = [], dec.step_draw
+
+    def recording(ids, allowed, u, temperature):
+        logits, drawn = step_draw(ids, allowed, u, temperature)
+        seen.append((logits, drawn, allowed.clone(), u.clone()))
+        return logits, drawn
+
+    dec.step_draw = recording
+    generate_ids(m, prompt, tok, SamplingConfig(max_tokens=300, stop_at_eos=False), seeds=sample_seeds(4, 0, 2),
+                 fast=dec, plan=plan)
+    drawn = [s for s in seen if s[1] is not None]
+    assert len(drawn) > 200
+    for logits, got, allowed, u in drawn:
+        probs = torch.softmax(filter_logits(logits, 1.0, None, None, allowed), -1)
+        assert torch.equal(got, inverse_cdf(probs, u)[:, 0])
