@@ -69,9 +69,9 @@ def score(run_dir: Path, store, mod, key: str, device: str = "auto") -> dict[str
 
     dev = pick_device(device)
     model, meta = ckpt.load_model(run_dir, dev, prefer="best")
-    out = {"dataset": key, "checkpoint": meta["path"], "step": meta["step"],
-           "seed": meta["config"]["train"]["seed"], "transpose": meta["config"]["train"]["transpose"],
-           "model": describe(meta["config"]["model"]), "hardware": hardware(dev)}
+    tc = meta["config"]["train"]
+    out = {"dataset": key, "checkpoint": meta["path"], "step": meta["step"], "seed": tc["seed"],
+           "transpose": tc["transpose"], "model": describe(meta["config"]["model"], tc), "hardware": hardware(dev)}
     for split in ("valid", "test"):
         nll = token_nll(model, store, split, device=dev)
         out[split] = mod.score_split(store, nll.per_piece, split).nll
@@ -103,10 +103,17 @@ def evidence(run_dir: Path) -> dict[str, Any]:
             "versions": library_versions(("cadenza", "torch", "numpy"))}
 
 
-def describe(m: dict) -> str:
-    if m["model"] == "lstm":
-        return f"lstm {m['lstm_layers']}x{m['lstm_hidden']}"
-    return f"{m['attention']} transformer {m['n_layers']}x{m['d_model']}"
+def describe(m: dict, t: dict | None = None) -> str:
+    """The model in a few words, with what its training changed about it (a weight average,
+    transposition kept within the voices' ranges)."""
+    t = t or {}
+    name = (f"lstm {m['lstm_layers']}x{m['lstm_hidden']}" if m["model"] == "lstm"
+            else f"{m['attention']} transformer {m['n_layers']}x{m['d_model']}")
+    if t.get("ema"):
+        name += f", weights EMA {t['ema']}"
+    if t.get("transpose") and t.get("transpose_range") == "data":
+        name += ", transposed within the voices' ranges"
+    return name
 
 
 def hardware(dev) -> str:

@@ -44,8 +44,12 @@ class TrainConfig:
     deterministic: bool = setting(False, doc="PyTorch deterministic algorithms (slower; see docs/reproducibility.md)")
     seed: int = setting(0, ge=0, doc="seeds the weights, the order of the windows and the augmentation")
     transpose: int = setting(0, ge=0, le=24, doc="+- semitones of pitch augmentation")
+    transpose_range: str = setting("vocabulary", choices=("vocabulary", "data"),
+                                   doc="where transposed pitches may go: anywhere the vocabulary holds, or (frames, "
+                                       "satb) only within the range each voice spans in the training split")
     stretch: float = setting(0.0, ge=0, lt=1, doc="+- fraction of time-stretch augmentation")
-    num_workers: int = setting(0, ge=0, doc="data-loading processes (0: in the training process)")
+    num_workers: int = setting(-1, ge=-1, doc="data-loading processes (0: in the training process; -1: a few per "
+                                              "GPU on CUDA, none elsewhere)")
     eval_every: int = setting(200, ge=1, doc="steps between validations (and best-checkpoint checks)")
     eval_windows: int = setting(64, ge=1, doc="validation windows scored at each validation")
     log_every: int = setting(10, ge=1, doc="steps between two lines of the training log")
@@ -53,6 +57,9 @@ class TrainConfig:
     keep_last: int = setting(2, ge=1, doc="checkpoints kept besides the best")
     sample_tokens: int = setting(256, ge=0, doc="sample logged to TensorBoard at each validation; 0 = none")
     patience: int = setting(0, ge=0, doc="stop after this many validations without a new best; 0 = never")
+    ema: float = setting(0.0, ge=0, lt=1, doc="decay of an exponential moving average of the weights, which is "
+                                              "validated and saved as the model; 0 = off, e.g. 0.995. Early "
+                                              "steps average faster: min(ema, (1 + step) / (10 + step))")
     init: str | None = setting(None, doc="start from this model (a run, a checkpoint, or a shipped model's name "
                                          "such as styles): its architecture and weights; new styles get new "
                                          "style tokens")

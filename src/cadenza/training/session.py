@@ -1,6 +1,9 @@
 """What a training run holds between steps, and how it starts: fresh, resumed from its newest
 checkpoint, or initialised from another model (fine-tuning, with new style tokens).
 
+With `ema` the run also holds a moving average of its weights (`training.ema`): a checkpoint's
+model is the average, its state the weights being trained, and a resumed run restores both.
+
 The tokenizer a model is trained with is the store's, plus the style tokens of its styles: a
 fresh run takes the store's styles; a run initialised from a model keeps that model's styles, in
 its order, and appends the store's new ones (their embeddings start fresh, the old ids keep their
@@ -25,7 +28,9 @@ from cadenza.env.device import DistInfo, loader_workers, resolve_precision
 from cadenza.models import build_model
 from cadenza.models import checkpoint as ckpt
 from cadenza.models.config import ModelConfig
+from cadenza.training.augment import RangeTransposed
 from cadenza.training.config import RunConfig
+from cadenza.training.ema import WeightAverage
 from cadenza.training.runlog import RunLog, say
 
 
@@ -52,10 +57,16 @@ class Session:
     since_best: int = 0
     log: RunLog | None = None
     run_meta: dict | None = None
+    ema: WeightAverage | None = None
 
     @property
     def device(self) -> torch.device:
         return self.dist.device
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model a run validates and saves: the moving average of the weights, or the weights."""
+        return self.ema.model if self.ema is not None else self.raw
 
 
 def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -> Session:
@@ -89,6 +100,8 @@ def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -
                 f"{', '.join(grown)} grown")
     model.grad_checkpoint = tc.grad_checkpoint
     model.to(device)
+    if state is not None and "train_weights" in state:  # the checkpoint's model is the average
+        model.load_state_dict(state["train_weights"])
     precision = resolve_precision(tc.precision, device)
     s = Session(cfg, out, dist, precision, store, tok, model, model, _optimizer(model, tc, device),
                 torch.amp.GradScaler(device.type, enabled=precision == "fp16"), None,
@@ -97,6 +110,10 @@ def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -
     if state is not None:
         _restore(s, state)
     _wrap(s)
+    if tc.ema:  # after DDP's wrapper has given every rank rank 0's weights
+        s.ema = WeightAverage(s.raw, tc.ema)
+        if state is not None and "train_weights" in state:
+            ckpt.load_weights(s.ema.model, point)
     s.loader = _loader(s)
     if store.split("valid"):
         valid = training_windows(store, "valid", cfg.model.context, tok, _tasks(tc), seed=1234)
@@ -172,9 +189,12 @@ def _tasks(tc) -> TaskMix:
 
 def _loader(s: Session):
     tc, dist = s.cfg.train, s.dist
+    in_data = tc.transpose_range == "data"
     ds = training_windows(s.store, "train", s.cfg.model.context, s.tok, _tasks(tc), seed=tc.seed,
-                          transpose=tc.transpose, stretch=tc.stretch, style_dropout=tc.style_dropout,
-                          balance_styles=tc.balance_styles)
+                          transpose=0 if in_data else tc.transpose, stretch=tc.stretch,
+                          style_dropout=tc.style_dropout, balance_styles=tc.balance_styles)
+    if in_data and tc.transpose:
+        ds = RangeTransposed(ds, s.store, s.tok, tc.transpose, tc.seed)
     sampler = StepSampler(tc.batch_size, s.step, dist.rank, dist.world_size, tc.grad_accum)
     workers = loader_workers(tc.num_workers, dist.device)  # each window depends on its index only
     # The loader gets its own generator: creating an iterator draws a seed, and drawing it from the

@@ -4,7 +4,7 @@ Read top to bottom like nanoGPT's train.py: DDP from torchrun's environment, one
 context, a grad scaler that only switches on for fp16, gradient sync skipped on accumulation
 micro-steps, only rank 0 logs, validates and writes. The host waits for the device only at
 logging, validation and checkpoint steps, where the ranks agree on the losses (averaged) and on
-whether to stop. Resuming restores weights, optimizer,
+whether to stop. Resuming restores weights (and their moving average, with `ema`), optimizer,
 scaler and RNG states and continues the exact sample stream (`data.dataset.StepSampler`), so on
 CPU a resumed run reproduces the losses of an uninterrupted one.
 
@@ -210,6 +210,8 @@ def _train_step(s: Session) -> tuple[torch.Tensor, torch.Tensor, float]:
     s.scaler.step(s.opt)
     s.scaler.update()
     s.opt.zero_grad(set_to_none=True)
+    if s.ema is not None:
+        s.ema.update(s.raw, s.step)
     s.step += 1
     return loss_sum, gnorm.detach(), lr
 
@@ -281,7 +283,7 @@ def _fit_horizon(s: Session, remaining: float, per_step: float, bar) -> None:
 
 
 def _evaluate(s: Session) -> float:
-    loss = window_loss(s.raw, s.valid_windows, s.tok.pad_id, s.device, s.precision)
+    loss = window_loss(s.model, s.valid_windows, s.tok.pad_id, s.device, s.precision)
     improved = s.best is None or loss < s.best
     s.best = loss if improved else s.best
     s.since_best = 0 if improved else s.since_best + 1
@@ -289,20 +291,23 @@ def _evaluate(s: Session) -> float:
     if s.cfg.train.sample_tokens:
         from cadenza.training.preview import log_sample
 
-        log_sample(s.log.tb, s.raw, s.tok, s.step, s.cfg.train.sample_tokens, s.device)
+        log_sample(s.log.tb, s.model, s.tok, s.step, s.cfg.train.sample_tokens, s.device)
     return loss
 
 
 def _save(s: Session, train_loss: float, valid_loss: float | None) -> Path | None:
-    """Write a checkpoint on the main process; every rank hands over its RNG state for it."""
+    """Write a checkpoint on the main process; every rank hands over its RNG state for it. With
+    `ema` the checkpoint's model is the moving average, and its state keeps the trained weights."""
     state = {"optimizer": s.opt.state_dict(), "scaler": s.scaler.state_dict(), "horizon": s.horizon,
              "rng_cpu": _gather(s.dist, torch.get_rng_state()),
              "rng_cuda": _gather(s.dist, torch.cuda.get_rng_state(s.device)) if s.device.type == "cuda" else []}
     if not s.dist.is_main:
         return None
+    if s.ema is not None:
+        state["train_weights"] = s.raw.state_dict()
     meta = {"config": s.cfg.to_dict(), "tokenizer": s.tok.to_dict(), "lr_horizon": s.horizon,
             "valid_loss": valid_loss, "best_valid_loss": s.best, "train_loss": train_loss, **s.run_meta}
-    return ckpt.save_checkpoint(s.out, s.step, s.raw, meta, state, s.cfg.train.keep_last)
+    return ckpt.save_checkpoint(s.out, s.step, s.model, meta, state, s.cfg.train.keep_last)
 
 
 def _gather(dist: DistInfo, mine: torch.Tensor) -> list[torch.Tensor]:

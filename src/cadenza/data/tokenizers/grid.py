@@ -2,6 +2,10 @@
 
 Both have the same vocabulary shape: ids 0..n-1 are the pitches low..low+n-1, then one marker
 (FRAME_END or REST), then PAD, BOS and EOS. Transposition shifts the pitch ids only.
+
+A grid has `n_voices` voices: `satb` writes one token per voice at every step (4), a piano roll is
+one voice (its keys). `voice_spans` and `transpose_limits` let an augmentation keep each voice
+inside the range it has in the data, as DeepBach transposes its chorales.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class PitchGridTokenizer(Tokenizer):
     # the constructor's names for (lowest pitch, number of pitches, seconds per step): each is also
     # an attribute, and `params()` returns them under these names
     param_names: ClassVar[tuple[str, str, str]]
+    n_voices: ClassVar[int] = 1  # grid tokens (pitches and the marker) cycle through this many voices
 
     def __init__(self, low: int, n: int, seconds: float):
         if not (low >= 0 and n >= 1 and low + n <= 128):
@@ -74,3 +79,33 @@ class PitchGridTokenizer(Tokenizer):
         out = ids.copy()
         out[(ids >= 0) & (ids < self.n)] += semitones
         return out
+
+    def voice_spans(self, ids) -> np.ndarray:
+        """(n_voices, 2) int64: the lowest and highest MIDI pitch of each voice in `ids`, -1 for a
+        voice without pitches. The grid tokens (pitches and the marker; specials and style tokens
+        are skipped) take the voices in turn, so `ids` must start on a step, as a piece and every
+        training window do (`window_align`)."""
+        ids = np.asarray(ids, np.int64).ravel()
+        grid = ids[(ids >= 0) & (ids <= self.marker_id)]
+        voice = np.arange(grid.size) % self.n_voices
+        out = np.full((self.n_voices, 2), -1, np.int64)
+        for v in range(self.n_voices):
+            p = grid[(voice == v) & (grid < self.marker_id)]
+            if p.size:
+                out[v] = (int(p.min()) + self.low, int(p.max()) + self.low)
+        return out
+
+    def transpose_limits(self, ids, ranges=None) -> tuple[int, int] | None:
+        """(lowest, highest) shift in semitones that keeps every voice of `ids` inside its range:
+        `ranges[v]` = (lowest, highest) MIDI pitch voice v may take, default the vocabulary's
+        `pitch_bounds` for all. None when `ids` hold no pitch (any shift leaves them as they are);
+        lowest > highest when no shift fits (the ids already leave a range)."""
+        spans = self.voice_spans(ids)
+        ranges = np.asarray(ranges if ranges is not None else [self.pitch_bounds] * self.n_voices, np.int64)
+        if ranges.shape != (self.n_voices, 2):
+            raise ValueError(f"ranges: one (lowest, highest) pair per voice ({self.n_voices}), "
+                             f"got shape {ranges.shape}")
+        sung = spans[:, 0] >= 0
+        if not sung.any():
+            return None
+        return int((ranges[sung, 0] - spans[sung, 0]).max()), int((ranges[sung, 1] - spans[sung, 1]).min())

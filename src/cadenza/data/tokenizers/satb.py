@@ -50,6 +50,7 @@ class SATBTokenizer(PitchGridTokenizer):
     marker, pitch_prefix = "REST", "PITCH"
     param_names = ("low", "n_pitches", "step_seconds")
     window_align = N_VOICES  # training windows start on a soprano token (see dataset.WindowDataset)
+    n_voices = N_VOICES  # ids[4 * t + v] is voice v: `voice_spans` and `transpose_limits` go voice by voice
 
     def __init__(self, low: int = 0, n_pitches: int = 128, step_seconds: float = 0.125):
         super().__init__(low, n_pitches, step_seconds)
