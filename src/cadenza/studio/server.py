@@ -73,10 +73,10 @@ class Launched:
 @contextlib.contextmanager
 def launch(data: str | os.PathLike, *options: str, env: dict | None = None,
            timeout: float = 120.0) -> Iterator[Launched]:
-    """`cadenza serve OPTIONS` as a user starts it, in its own process on a free port of 127.0.0.1
-    with the data folder `data`, once /api/health answers (within `timeout` seconds, else
-    RuntimeError with the end of its log); stopped on leaving. Its log is `data`/server.log: a pipe
-    nobody reads would block the server once full."""
+    """`cadenza serve OPTIONS` as a user starts it, in its own process (environment `env`, default
+    this one's) on a free port of 127.0.0.1 with the data folder `data`, once /api/health answers
+    (within `timeout` seconds, else RuntimeError with the end of its log); stopped on leaving. Its
+    log is `data`/server.log: a pipe nobody reads would block the server once full."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -102,10 +102,11 @@ def launch(data: str | os.PathLike, *options: str, env: dict | None = None,
 
 def _answered(proc: subprocess.Popen, url: str, timeout: float) -> float | None:
     """Seconds until `url`/api/health answered; None if the process ended or `timeout` passed first."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
     t0 = time.monotonic()
     while proc.poll() is None and time.monotonic() - t0 < timeout:
         try:
-            with urllib.request.urlopen(f"{url}/api/health", timeout=1) as r:
+            with direct.open(f"{url}/api/health", timeout=1) as r:
                 if r.status == 200:
                     return time.monotonic() - t0
         except OSError:  # not listening yet (URLError is an OSError)
