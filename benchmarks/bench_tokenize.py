@@ -1,9 +1,9 @@
-"""Tokenization speed: cadenza's performance tokenizer vs MidiTok MIDILike on the same files.
+"""Tokenization speed: cadenza's performance and note tokenizers vs MidiTok MIDILike on the same files.
 
     python benchmarks/bench_tokenize.py                 # the Bach chorales (built-in corpus)
     python benchmarks/bench_tokenize.py ../shared/data/midi/one_track --repeats 5
 
-Both read the MIDI file from disk and produce ids, single process, same files, same run; the
+Each reads the MIDI file from disk and produces ids, single process, same files, same run; the
 table shows medians over the repeats and the ratio. Notes are counted once with symusic.
 """
 
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from cadenza.data.ingest import collect_midi_files
-    from cadenza.data.tokenizers import PerformanceTokenizer
+    from cadenza.data.tokenizers import NoteTokenizer, PerformanceTokenizer
 
     if a.inputs:
         files = collect_midi_files(a.inputs)
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     notes = sum(symusic.Score(f).note_num() for f in good)
 
     cad = PerformanceTokenizer()
-    fns = {"cadenza performance": cad.encode}
+    fns = {"cadenza performance": cad.encode, "cadenza notes": NoteTokenizer().encode}
     try:
         import miditok
 
