@@ -77,7 +77,7 @@ def contestants(new_tokens: int, attention: list[str]):
             g = torch.Generator().manual_seed(0)
             cfg = SamplingConfig(max_tokens=new_tokens, stop_at_eos=False)
             generate_ids(m, torch.full((b, 1), tok.bos_id), tok, cfg, generator=g,
-                         fast=compiled.decoder(m, b, quiet=True, attention_kernel=attention_kernel))
+                         decoder=compiled.decoder(m, b, quiet=True, attention_kernel=attention_kernel))
 
         out[f"cadenza {att}, compiled step"] = run_fast
         out[f"cadenza {att}, compiled step, {ABLATION}"] = lambda b, run=run_fast: run(b, attention_kernel=False)
@@ -172,7 +172,8 @@ def compile_costs(batches: list[int], attention: list[str]) -> dict:
             m = cadenza_model(att)
             for b in batches:
                 t = time.perf_counter()
-                generate_ids(m, torch.full((b, 1), tok.bos_id), tok, one_token, fast=compiled.decoder(m, b, quiet=True))
+                generate_ids(m, torch.full((b, 1), tok.bos_id), tok, one_token,
+                             decoder=compiled.decoder(m, b, quiet=True))
                 cold = time.perf_counter() - t
                 # warm: a fresh process, as a second `cadenza generate` would be (imports included)
                 warm = subprocess.run([sys.executable, __file__, "--first-token", att, str(b)], check=True,
@@ -196,7 +197,7 @@ def first_token(attention: str, b: int) -> float:
     fast = compiled.decoder(m, b, quiet=True, build_missing=False)
     if fast is None:
         raise SystemExit("the compiled step is not in the cache")
-    generate_ids(m, torch.full((b, 1), tok.bos_id), tok, SamplingConfig(max_tokens=1, stop_at_eos=False), fast=fast)
+    generate_ids(m, torch.full((b, 1), tok.bos_id), tok, SamplingConfig(max_tokens=1, stop_at_eos=False), decoder=fast)
     return time.perf_counter() - t
 
 

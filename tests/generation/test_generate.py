@@ -9,7 +9,7 @@ import pytest
 import symusic
 import torch
 
-from cadenza.data.tokenizers import PerformanceTokenizer
+from cadenza.data.tokenizers import PerformanceTokenizer, Styled
 from cadenza.data.tokenizers.grammar import PerformanceGrammar
 from cadenza.evaluation.nll import token_nll, windows_for
 from cadenza.generation.config import SamplingConfig
@@ -86,8 +86,6 @@ def test_the_grammar_state_follows_every_token_as_the_rules_say(styled):
     """Golden test of `observe` (which looks each token's effect up in per-token tables) against
     the rules written out: random tokens from the whole vocabulary, specials and style tokens
     included."""
-    from cadenza.data.tokenizers.styles import Styled
-
     tok = Styled(TOK, ["jig", "chorale"]) if styled else TOK
     g = torch.Generator().manual_seed(1)
     b = 6
@@ -181,7 +179,7 @@ def test_tokens_per_second_leaves_out_getting_the_compiled_step(studio_runs, mon
         time.sleep(0.5)
         return None  # then decode eagerly
 
-    monkeypatch.setattr(gen, "_fast_decoder", slow_build)
+    monkeypatch.setattr(gen, "_compiled_decoder", slow_build)
     model, meta = Registry(studio_runs).load("run:tiny")
     g = gen.sample(model, meta, SamplingConfig(max_tokens=30, num_samples=2, batch_size=1, stop_at_eos=False))
     run = g.run

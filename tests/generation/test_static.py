@@ -37,7 +37,7 @@ def model(attention: str, context: int = 128, seed: int = 0):
 def window_logits(m, seq: torch.Tensor, primer: int, decoder=None) -> list[torch.Tensor]:
     """The sampler's logits for every position after `primer`, fed token by token, sliding the
     window as generation does (with `decoder`, a `StepDecoder`: through its decode step)."""
-    w = _Window(m, seq.shape[0], True, slide=m.config.context // 4, fast=decoder)
+    w = _Window(m, seq.shape[0], True, slide=m.config.context // 4, decoder=decoder)
     out = [w.next_logits(seq[:, :primer], primer)]
     for n in range(primer + 1, seq.shape[1] + 1):
         out.append(w.next_logits(seq[:, :n], 1))
@@ -95,12 +95,12 @@ def test_compiled_logits_match_eager_over_512_steps_and_window_slides(built, att
 def test_compiled_greedy_tokens_equal_eager_and_sampling_repeats(built):
     m = built["relative"]
     prompt = torch.full((1, 1), TOK.bos_id)
-    greedy = [generate_ids(m, prompt, TOK, SamplingConfig(max_tokens=300, top_k=1, stop_at_eos=False), fast=decoder)
+    greedy = [generate_ids(m, prompt, TOK, SamplingConfig(max_tokens=300, top_k=1, stop_at_eos=False), decoder=decoder)
               for decoder in (None, compiled.decoder(m, 1, quiet=True))]
     assert greedy[0] == greedy[1]
     seeds = sample_seeds(3, 0, 1)
     runs = [generate_ids(m, prompt, TOK, SamplingConfig(max_tokens=300), seeds=seeds,
-                         fast=compiled.decoder(m, 1, quiet=True))
+                         decoder=compiled.decoder(m, 1, quiet=True))
             for _ in range(2)]
     assert runs[0] == runs[1]
 
@@ -124,7 +124,7 @@ def test_the_step_draws_the_tokens_the_sampler_would_draw_from_its_logits(built,
 
     dec.step_draw = recording
     cfg = SamplingConfig(max_tokens=512, temperature=0.8, stop_at_eos=False)
-    generate_ids(m, torch.full((batch, 1), TOK.bos_id), TOK, cfg, seeds=sample_seeds(5, 0, batch), fast=dec)
+    generate_ids(m, torch.full((batch, 1), TOK.bos_id), TOK, cfg, seeds=sample_seeds(5, 0, batch), decoder=dec)
     drawn_in_step = [(logits, drawn, allowed, u) for logits, drawn, allowed, u in seen if drawn is not None]
     assert len(drawn_in_step) > 400  # all but the prompt's step and the steps right after slides
     for logits, drawn, allowed, u in drawn_in_step:
@@ -193,7 +193,7 @@ def test_unsupported_models_and_the_opt_out_decode_eagerly(monkeypatch):
 def test_a_decoder_for_another_batch_size_is_refused():
     m = model("rope")
     with pytest.raises(ValueError, match="rows"):
-        generate_ids(m, torch.full((2, 1), TOK.bos_id), TOK, SamplingConfig(max_tokens=5), fast=StepDecoder(m, 1))
+        generate_ids(m, torch.full((2, 1), TOK.bos_id), TOK, SamplingConfig(max_tokens=5), decoder=StepDecoder(m, 1))
 
 
 def test_weights_made_under_inference_mode_still_get_a_package_key():
@@ -242,7 +242,7 @@ def test_the_note_vocabulary_decodes_the_same_compiled_and_eager(notes_model):
     filters draw from its logits."""
     m, tok, prompt, plan = notes_model
     cfg = SamplingConfig(max_tokens=300, top_k=1, stop_at_eos=False)
-    greedy = [generate_ids(m, prompt, tok, cfg, fast=decoder, plan=plan)
+    greedy = [generate_ids(m, prompt, tok, cfg, decoder=decoder, plan=plan)
               for decoder in (None, compiled.decoder(m, 2, quiet=True))]
     assert greedy[0] == greedy[1]
     dec = compiled.decoder(m, 2, quiet=True)
@@ -255,7 +255,7 @@ def test_the_note_vocabulary_decodes_the_same_compiled_and_eager(notes_model):
 
     dec.step_draw = recording
     generate_ids(m, prompt, tok, SamplingConfig(max_tokens=300, stop_at_eos=False), seeds=sample_seeds(4, 0, 2),
-                 fast=dec, plan=plan)
+                 decoder=dec, plan=plan)
     drawn = [s for s in seen if s[1] is not None]
     assert len(drawn) > 200
     for logits, got, allowed, u in drawn:

@@ -21,6 +21,17 @@ def test_warm_up_does_nothing_when_compiling_is_off(studio_runs, monkeypatch, tm
     assert status["compiled_step"].startswith("eager: ")  # /api/health says why, so nobody waits for it
 
 
+def test_the_warm_up_renders_audio_as_a_job_does_before_the_first_job(studio_runs, monkeypatch, tmp_path):
+    from cadenza.studio import runner
+
+    monkeypatch.setenv("CADENZA_NO_COMPILE", "1")
+    monkeypatch.setenv("CADENZA_CACHE", str(tmp_path))
+    rendered = []
+    monkeypatch.setattr(runner, "synthesize", lambda notes, sample_rate: rendered.append((len(notes), sample_rate)))
+    warm_up(Registry(studio_runs), "run:tiny")
+    assert rendered == [(1, runner.Runner.sample_rate)]  # one note, at the rate the job's WAVs have
+
+
 def test_a_warm_up_for_an_unknown_model_says_decoding_stays_eager(studio_runs, compiling, capsys):
     status = {}
     warm_up(Registry(studio_runs), "run:no-such-run", status=status)
@@ -39,7 +50,7 @@ def test_a_model_the_compiled_step_cannot_serve_is_reported_with_the_reason(stud
     monkeypatch.setattr(registry, "load", bf16)
     status = {}
     warm_up(registry, "run:tiny", rows=(1,), status=status)
-    assert status == {"compiled_step": "eager: the compiled step is built for float32 weights (torch.bfloat16)"}
+    assert status == {"compiled_step": "eager: the compiled decode step is built for float32 weights (torch.bfloat16)"}
     assert not (compiling / "decode").exists()
 
 

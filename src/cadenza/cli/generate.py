@@ -44,7 +44,7 @@ def run(a: argparse.Namespace) -> int:
     for path, s in zip(g.paths, g.stats):
         secs = f"{s['seconds']:.1f} s" if s["seconds"] is not None else "? s"
         print(f"{path}  {s['tokens']} tokens, {s['notes']} notes, {secs}, {s['repairs']['repairs']} repairs")
-    how = "compiled step" if g.run.get("compiled") else "eager"
+    how = "compiled decode step" if g.run.get("compiled") else "eager"
     if g.run.get("compile_seconds", 0) >= 1:  # a build, not a load from the disk cache
         how += f", built in {g.run['compile_seconds']:.0f} s first"
     print(f"{g.tokens_per_s:,.0f} tokens/s on {g.run['device']} ({how}); settings in {a.out}/generation.json")

@@ -46,8 +46,8 @@ class SamplingConfig:
                                 "runs to its full length)")
     batch_size: int = setting(8, ge=1, le=1024, doc="samples generated together")
     use_cache: bool = setting(True, doc="KV cache (off: every step recomputes its window; the tests' reference)")
-    compile: bool = setting(True, flag="--no-compile", doc="decode with the compiled step where it applies (a "
-                            "float32 transformer on the CPU): built once per model and batch size, tens of "
+    compile: bool = setting(True, flag="--no-compile", doc="decode with the compiled decode step where it applies "
+                            "(a float32 transformer on the CPU): built once per model and batch size, tens of "
                             "seconds, then loaded from a disk cache")
 
     def validate(self) -> SamplingConfig:

@@ -27,7 +27,7 @@ from cadenza.atomic import write_json
 from cadenza.data.anticipation import Request, accompany_request, infill_request
 from cadenza.data.midi import Notes, notes_to_score, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
-from cadenza.env.device import pick_device
+from cadenza.env.device import enable_tf32, pick_device
 from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.sampler import generate_ids, sample_seeds
@@ -138,6 +138,7 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
     """
     cfg = sampling_config(config, **settings)
     dev = pick_device(device)
+    enable_tf32(dev)  # fp32 matmuls on Ampere and later GPUs
     model, meta = ckpt.load_model(resolve_model(checkpoint if checkpoint is not None else DEFAULT), dev)
     result = sample(model, meta, cfg, progress=progress)
     if out is not None:
@@ -198,20 +199,20 @@ def _sample(model, prompt: Prompt, cfg: SamplingConfig, dev, progress: bool, on_
         b = min(cfg.batch_size, cfg.num_samples - start)
         p = torch.tensor([prompt.ids] * b, dtype=torch.long, device=dev)
         t = time.time()
-        fast = _fast_decoder(model, cfg, b * (2 if cfg.guidance != 1.0 else 1), build_compiled)
+        decoder = _compiled_decoder(model, cfg, b * (2 if cfg.guidance != 1.0 else 1), build_compiled)
         setup += time.time() - t
-        compiled = compiled and fast is not None
+        compiled = compiled and decoder is not None
         desc = f"generate {k + 1}/{len(batches)}" if len(batches) > 1 else "generate"
         # In a log file (no terminal) one line every 30 s, not one per token.
         with tqdm(total=budget, unit="tok", desc=desc, disable=not progress, file=sys.stderr, leave=False,
                   mininterval=0.1 if sys.stderr.isatty() else 30) as bar:
-            out += generate_ids(model, p, prompt.tokenizer, cfg, seeds=sample_seeds(cfg.seed, start, b), fast=fast,
-                                on_token=_progress(bar, start, on_tokens),
+            out += generate_ids(model, p, prompt.tokenizer, cfg, seeds=sample_seeds(cfg.seed, start, b),
+                                decoder=decoder, on_token=_progress(bar, start, on_tokens),
                                 plan=prompt.request.plan if prompt.request else None)
     return out, compiled and bool(batches), setup
 
 
-def _fast_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
+def _compiled_decoder(model, cfg: SamplingConfig, rows: int, build: bool):
     """The compiled decode step for `rows` rows where it applies (None: decode eagerly)."""
     if not (cfg.compile and cfg.use_cache):
         return None

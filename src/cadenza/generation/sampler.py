@@ -26,15 +26,15 @@ class _Window:
     those tokens then the most recent ones, as every training window was.
     """
 
-    def __init__(self, model, batch: int, use_cache: bool, slide: int, keep: int = 0, fast=None):
+    def __init__(self, model, batch: int, use_cache: bool, slide: int, keep: int = 0, decoder=None):
         self.model = model
         self.context = model.config.context
         self.is_lstm = model.config.model == "lstm"
         self.keep = keep
         self.slide = max(1, min(slide, self.context - 1 - keep))
         self.start = 0  # index of the first token after the kept ones inside the window (0: no slide yet)
-        self.fast = fast  # a StaticDecoder: single-token steps go through its compiled step
-        self.cache = (fast.cache if fast is not None else model.new_cache(batch)) if use_cache else None
+        self.decoder = decoder  # a StepDecoder: single-token steps go through its compiled step
+        self.cache = (decoder.cache if decoder is not None else model.new_cache(batch)) if use_cache else None
 
     def _view(self, seq: torch.Tensor) -> torch.Tensor:
         if self.start == 0:
@@ -52,8 +52,8 @@ class _Window:
         """(logits, the tokens the compiled step drew from them) for the token after `seq`, or
         (logits, None) where the step cannot draw: a prompt, a window slide, no drawing step."""
         n = seq.shape[1]
-        if self.fast is not None and n_new == 1 and not self._slides(n):
-            return self.fast.step_draw(seq[:, n - 1:], allowed, u, temperature)
+        if self.decoder is not None and n_new == 1 and not self._slides(n):
+            return self.decoder.step_draw(seq[:, n - 1:], allowed, u, temperature)
         return self.next_logits(seq, n_new), None
 
     @torch.no_grad()
@@ -67,8 +67,8 @@ class _Window:
                 return self.model(self._view(seq), cache=self.cache)[0][:, -1]
         if self.cache is None:
             logits, _ = self.model(seq if self.is_lstm else self._view(seq))
-        elif self.fast is not None and n_new == 1:
-            return self.fast.step(seq[:, n - 1:])
+        elif self.decoder is not None and n_new == 1:
+            return self.decoder.step(seq[:, n - 1:])
         else:
             logits, _ = self.model(seq[:, n - n_new:], cache=self.cache)
         return logits[:, -1]
@@ -113,7 +113,7 @@ def _uniforms(b: int, n: int, device, generator: torch.Generator | None, seeds: 
 
 @torch.inference_mode()
 def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *,
-                 generator: torch.Generator | None = None, seeds: list[int] | None = None, fast=None,
+                 generator: torch.Generator | None = None, seeds: list[int] | None = None, decoder=None,
                  on_token: Callable[[int, torch.Tensor], None] | None = None,
                  slide: int | None = None, plan=None) -> list[list[int]]:
     """Continue each prompt (B, T0) by up to `cfg.token_budget()` sampled tokens; returns the new
@@ -124,15 +124,15 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
     (one per row: a row's tokens do not depend on the other rows) or `generator`. With guidance
     != 1 (a styled tokenizer, whose prompts start with their style token) the logits are
     ``uncond + guidance * (cond - uncond)``, the unconditioned rows having NO_STYLE in the style
-    token's place, both halves in one batch. `fast` (a decoder from `compiled.decoder` for this
-    many rows) runs the single-token steps through the compiled step; prompts and window slides
+    token's place, both halves in one batch. `decoder` (a `StepDecoder` from `compiled.decoder` for
+    this many rows) runs the single-token steps through the compiled step; prompts and window slides
     go through the eager model. `slide`: how far the window slides past the context (default a
     quarter of it). `on_token(n, new)` is called after each step with the steps taken and the new
     tokens so far, a (B, n) view (a progress bar, streaming, cancelling). `plan`: the given notes
     (controls) and event span of an infill or accompaniment, for a tokenizer that anticipates.
     """
     model.eval()
-    fast = fast if cfg.use_cache else None  # without a cache every step recomputes its window
+    decoder = decoder if cfg.use_cache else None  # without a cache every step recomputes its window
     b, t0 = prompts.shape
     device = prompts.device
     budget, guided = cfg.token_budget(), cfg.guidance != 1.0
@@ -145,15 +145,15 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
                                 **({"plan": plan} if plan is not None else {}))
     grammar.observe(prompts)
     window = _Window(model, rows.shape[0], cfg.use_cache, slide if slide is not None else default_slide(model),
-                     keep=len(tokenizer.window_prefix(None)), fast=fast)
-    if fast is not None:
-        _check_fast(fast, model, rows.shape[0])
+                     keep=len(tokenizer.window_prefix(None)), decoder=decoder)
+    if decoder is not None:
+        _check_decoder(decoder, model, rows.shape[0])
     # One preallocated buffer for prompt + new tokens: no per-step concatenation or Python lists.
     seq = torch.full((rows.shape[0], t0 + budget), tokenizer.pad_id, dtype=torch.long, device=device)
     seq[:, :t0] = rows
     u = _uniforms(b, budget, device, generator, seeds).t().contiguous()  # u[step]: one per row
     stop = _Stop(tokenizer, b, device, cfg.stop_at_eos, cfg.seconds)
-    draw = _Draw(b, cfg, fast)
+    draw = _Draw(b, cfg, decoder)
     n_new, n = t0, t0
     for step in range(budget):
         drawn = draw(window, seq[:, :n], n_new, grammar.allowed(), u[step])
@@ -175,26 +175,26 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
     return grammar.close(out) if cfg.constrained else out
 
 
-def _check_fast(fast, model, rows: int) -> None:
+def _check_decoder(decoder, model, rows: int) -> None:
     """Refuse a compiled step made for another model or batch; reset its cache for a new batch."""
-    if fast.model is not model:
-        raise ValueError("the fast decoder was made for another model")
-    if fast.cache.k.shape[1] != rows:
-        raise ValueError(f"the fast decoder is for {fast.cache.k.shape[1]} rows; this call has {rows} "
+    if decoder.model is not model:
+        raise ValueError("the step decoder was made for another model")
+    if decoder.cache.k.shape[1] != rows:
+        raise ValueError(f"the step decoder is for {decoder.cache.k.shape[1]} rows; this call has {rows} "
                          "(guidance doubles the rows)")
-    fast.reset()
+    decoder.reset()
 
 
 class _Draw:
     """The next token of every row: the model's logits, classifier-free guidance, the grammar's
     mask and the filters, then an inverse-CDF draw from the row's uniform. With plain sampling (no
-    guidance, top-k or top-p) and a step that draws (`StaticDecoder.draws`), the compiled step does
+    guidance, top-k or top-p) and a step that draws (`StepDecoder.draws`), the compiled step does
     all of it in its one native call; otherwise, and for prompts and window slides, it is done here."""
 
-    def __init__(self, b: int, cfg: SamplingConfig, fast) -> None:
+    def __init__(self, b: int, cfg: SamplingConfig, decoder) -> None:
         self.b, self.cfg = b, cfg
         plain = cfg.guidance == 1.0 and not cfg.top_k and (cfg.top_p is None or cfg.top_p >= 1.0)
-        self.in_step = plain and fast is not None and fast.draws
+        self.in_step = plain and decoder is not None and decoder.draws
         self.t = torch.tensor(float(cfg.temperature))
 
     def __call__(self, window: _Window, seq: torch.Tensor, n_new: int, allowed: torch.Tensor,

@@ -35,9 +35,9 @@ def unsupported(model) -> str | None:
     if cfg.model != "transformer":
         return f"{cfg.model} models decode eagerly"
     if p.device.type != "cpu":
-        return f"the compiled step is built for the CPU (the model is on {p.device.type})"
+        return f"the compiled decode step is built for the CPU (the model is on {p.device.type})"
     if p.dtype != torch.float32:
-        return f"the compiled step is built for float32 weights ({p.dtype})"
+        return f"the compiled decode step is built for float32 weights ({p.dtype})"
     if model.training:
         return "the model is in training mode"
     return None
@@ -188,5 +188,3 @@ class StepDecoder:
         c.pos = n + 1
         return (out[0], out[1]) if self.draws else (out[0], None)
 
-
-StaticDecoder = StepDecoder  # its former name, until sampler.py's docstrings say StepDecoder (issue 30)

@@ -19,6 +19,7 @@ from typing import Any
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.env.device import enable_tf32
 from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import Generation, Prompt, sample
@@ -65,6 +66,7 @@ class Runner:
 
     def __call__(self, job: Job) -> dict[str, Any]:
         model, meta = self.registry.load(job.model)
+        enable_tf32(next(model.parameters()).device)  # as `cadenza generate` decodes: TF32 on Ampere+ GPUs
         cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
         prompt = Prompt.build(meta, cfg)  # the stream decodes with its tokenizer and primer as tokens arrive
         stream = _Stream(job, prompt)
@@ -160,14 +162,16 @@ WARM_ROWS = (2, 1)
 def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | None = None,
             compile: bool = True) -> None:
     """Prepare `model_id` for the page's common batch shapes, in the background: feed one window
-    slide through the eager model (`warm_window_slide`), and with `compile` build (or load from the
-    disk cache) the compiled decode step; jobs decode eagerly until it is ready. `status`
-    ("compiled_step", shown by /api/health) goes building -> ready, or says why decoding stays eager:
-    a client that measures speed waits for "ready" (a build takes about 20 s a shape on 2 cores)."""
+    slide through the eager model (`warm_window_slide`), render one note (`_warm_audio`), and with
+    `compile` build (or load from the disk cache) the compiled decode step; jobs decode eagerly until
+    it is ready. `status` ("compiled_step", shown by /api/health) goes building -> ready, or says why
+    decoding stays eager: a client that measures speed waits for "ready" (a build takes about 20 s a
+    shape on 2 cores)."""
     status = status if status is not None else {}
     if compile:
         status["compiled_step"] = "building"
     model = _warm_eager(registry, model_id, rows)
+    _warm_audio()
     compiled = _warm(model, rows) if compile else None
     if compile:
         status["compiled_step"] = compiled
@@ -183,6 +187,15 @@ def _warm_eager(registry: Registry, model_id: str, rows):
         print(f"studio: could not warm up {model_id} ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
         return None
     return model
+
+
+def _warm_audio(sample_rate: int = Runner.sample_rate) -> None:
+    """Render one short note as a job renders its WAVs: the renderer's first use imports its modules
+    (scipy's resampler alone takes up to 2 s), which the first job would otherwise wait for."""
+    try:
+        synthesize(Notes.from_arrays([0.0], [0.1], [60], [64]), sample_rate=sample_rate)
+    except Exception as e:  # a warm-up failure costs speed, never the server
+        print(f"studio: could not warm up audio rendering ({type(e).__name__}: {e})", file=sys.stderr)
 
 
 def _warm(model, rows) -> str:
