@@ -10,12 +10,26 @@ evaluate -> a short table with the paths of everything written.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadenza.data.midi import read_notes
+from cadenza.data.prepare import prepare
+from cadenza.data.store import StoreError, TokenStore
+from cadenza.evaluation.classifier import StyleClassifier
+from cadenza.evaluation.features import style_features
+from cadenza.evaluation.memorisation import RunFinder
+from cadenza.evaluation.metrics import compare_sets, compute_all
+from cadenza.evaluation.report import reference_notes
+from cadenza.generation.generate import generate
+from cadenza.listen.render import render_file
+from cadenza.models.zoo import DEFAULT, list_models, resolve_model
 from cadenza.settings import setting, validate
+from cadenza.training.config import resolve
+from cadenza.training.trainer import train
 
 
 def _say(msg: str) -> None:
@@ -37,13 +51,7 @@ class DemoConfig:
 
 def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float = 24.0, seed: int = 0) -> int:
     """The whole pipeline on the Bach chorales; returns 0 when the model beats the unigram baseline."""
-    import shutil
-
     validate(DemoConfig(minutes, seconds, seed))
-    from cadenza.listen.render import render_file
-    from cadenza.training.config import resolve
-    from cadenza.training.trainer import train
-
     t0 = time.time()
     out = Path(out)
     data, run, samples = out / "data", out / "run", out / "samples"
@@ -76,14 +84,6 @@ def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float
 
 def play_shipped(out: Path, seconds: float, seed: int) -> list[dict]:
     """One sample per style of the shipped model, rendered, classified and measured. -> rendered files."""
-    from cadenza.data.midi import read_notes
-    from cadenza.evaluation.classifier import StyleClassifier
-    from cadenza.evaluation.features import style_features
-    from cadenza.evaluation.metrics import compute_all
-    from cadenza.generation.generate import generate
-    from cadenza.listen.render import render_file
-    from cadenza.models.zoo import DEFAULT, list_models, resolve_model
-
     if DEFAULT not in [m["name"] for m in list_models()]:
         print("no shipped model in this installation: skipping")
         return []
@@ -109,9 +109,6 @@ def play_shipped(out: Path, seconds: float, seed: int) -> list[dict]:
 
 
 def _bach_store(data: Path):
-    from cadenza.data.prepare import prepare
-    from cadenza.data.store import StoreError, TokenStore
-
     try:
         store = TokenStore(data)
         print(f"using the existing store in {data}")
@@ -124,8 +121,6 @@ def _bach_store(data: Path):
 
 def _chorales(run: Path, store, samples: Path, seconds: float, seed: int) -> tuple[list[Path], list[Path]]:
     """Two free chorales, and continuations of the openings of two held-out (test) chorales."""
-    from cadenza.generation.generate import generate
-
     free = generate(run, num_samples=2, seconds=seconds, seed=seed, out=samples / "free", **CHORALE).paths
     continued = []
     for i, piece in enumerate(store.split("test")[:2]):
@@ -136,11 +131,6 @@ def _chorales(run: Path, store, samples: Path, seconds: float, seed: int) -> tup
 
 def _report(store, free: list[Path], continued: list[Path]) -> None:
     """Musical metrics of the samples against the training chorales, and the longest copied run."""
-    from cadenza.data.midi import read_notes
-    from cadenza.evaluation.memorisation import RunFinder
-    from cadenza.evaluation.metrics import compare_sets
-    from cadenza.evaluation.report import reference_notes
-
     metrics = compare_sets([read_notes(p)[0] for p in free + continued], reference_notes(store, "train"),
                            names=METRICS)
     finder = RunFinder([store[p.index] for p in store.split("train")])

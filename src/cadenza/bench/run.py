@@ -5,16 +5,27 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
+
+from cadenza.atomic import write_json
+from cadenza.bench import jsb16, polyphonic
+from cadenza.data.store import StoreError, TokenStore
+from cadenza.env.device import pick_device
+from cadenza.env.record import command_line, cpu_info, git_commit, library_versions
+from cadenza.evaluation.nll import token_nll
+from cadenza.models import checkpoint as ckpt
+from cadenza.training.config import resolve
+from cadenza.training.trainer import train
 
 TASKS = ("polyphonic", "jsb16")
 
 
 def task_module(task: str):
-    from cadenza.bench import jsb16, polyphonic
-
     if task not in TASKS:
         raise ValueError(f"unknown benchmark {task!r}; choose from {', '.join(TASKS)}")
     return polyphonic if task == "polyphonic" else jsb16
@@ -26,8 +37,6 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
               progress: bool = True, command: str | None = None, **settings: Any) -> dict[str, Any]:
     """Train and score (`out`), or only score an existing run (`evaluate`). `settings` are training
     settings (max_steps, max_minutes, seed, transpose, precision, ...) over the task's preset."""
-    from cadenza.data.store import StoreError, TokenStore
-
     mod = task_module(task)
     key = (dataset or mod.dataset_key(data)) if task == "polyphonic" else "jsb16"
     if not (evaluate or out):
@@ -35,8 +44,6 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
     run_dir = Path(evaluate or out)
     store_dir = run_dir / "store"
     if not evaluate:  # every setting is checked before any data is read
-        from cadenza.training.config import resolve
-
         cfg = resolve(preset or f"bench-{key}", config_file, list(overrides), device=device, **settings)
     try:
         store = TokenStore(store_dir)
@@ -44,29 +51,19 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
         store = mod.build_store(data, store_dir)
     train_info: dict[str, Any] = {}
     if not evaluate:
-        from cadenza.training.trainer import train
-
         t0 = time.time()
         res = train(cfg, store_dir, run_dir, progress=progress, command=command)
         train_info = {"steps": res.step, "stopped_by": res.stopped_by, "train_minutes": (time.time() - t0) / 60}
     result = score(run_dir, store, mod, key, device or "auto")
     result.update(train_info)
     result.update(evidence(run_dir))
-    from cadenza.env.record import command_line
-
     result["command"] = command or command_line()
-    from cadenza.atomic import write_json
-
     write_json(run_dir / ("bench.json" if not evaluate else "bench-evaluate.json"), result)
     return result
 
 
 def score(run_dir: Path, store, mod, key: str, device: str = "auto") -> dict[str, Any]:
     """Best checkpoint (by validation loss) scored on valid and test, each exactly once."""
-    from cadenza.env.device import pick_device
-    from cadenza.evaluation.nll import token_nll
-    from cadenza.models import checkpoint as ckpt
-
     dev = pick_device(device)
     model, meta = ckpt.load_model(run_dir, dev, prefer="best")
     tc = meta["config"]["train"]
@@ -82,10 +79,6 @@ def score(run_dir: Path, store, mod, key: str, device: str = "auto") -> dict[str
 def evidence(run_dir: Path) -> dict[str, Any]:
     """What a reader needs to trust and re-run a result: the validation curve the checkpoint was
     selected on, the code commit, the CPU with its instruction-set flags, threads and versions."""
-    import torch
-
-    from cadenza.env.record import cpu_info, git_commit, library_versions
-
     curve = []
     log = run_dir / "metrics.jsonl"
     if log.exists():
@@ -117,10 +110,6 @@ def describe(m: dict, t: dict | None = None) -> str:
 
 
 def hardware(dev) -> str:
-    import platform
-
-    import torch
-
     if str(dev).startswith("cuda"):
         return torch.cuda.get_device_name(0)
     # Two runs sharing a machine each get fewer threads, and the wall time depends on it.

@@ -43,6 +43,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    # lazy: benchmarks train and score with torch, which `cadenza --help` and the other verbs must not wait for
     from cadenza.bench.run import benchmark, task_module
 
     result = benchmark(a.task, a.data, a.out, evaluate=a.evaluate, dataset=a.dataset, preset=a.preset,

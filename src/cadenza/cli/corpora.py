@@ -14,6 +14,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    # lazy: it imports numpy, which `cadenza --help` and the other verbs must not wait for
     from cadenza.data.corpora import list_corpora
 
     for c in list_corpora():

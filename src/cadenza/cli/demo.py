@@ -17,6 +17,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    # lazy: the demo trains and generates with torch, which `cadenza --help` must not wait for
     from cadenza.demo import run_demo
 
     return run_demo(out=Path(a.out), minutes=a.minutes)

@@ -38,6 +38,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    # lazy: it imports numpy and symusic, which `cadenza --help` and the other verbs must not wait for
     from cadenza.evaluation.report import evaluate
 
     rep = evaluate(a.checkpoint, a.data, split=a.split, stride=a.stride, samples=a.samples, reference=a.reference,

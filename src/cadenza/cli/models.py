@@ -19,6 +19,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    # lazy: it imports torch, which `cadenza --help` and the other verbs must not wait for
     from cadenza.models.zoo import DEFAULT, list_models, rebuild_store
 
     if a.rebuild:

@@ -29,6 +29,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    # lazy: it imports numpy and symusic, which `cadenza --help` and the other verbs must not wait for
     from cadenza.data.prepare import prepare
 
     res = prepare(a.inputs, a.out, corpus=a.corpus, style=a.style, styles_from_folders=a.styles_from_folders,

@@ -9,13 +9,11 @@ from cadenza.cli.common import add_verb
 
 
 def register(sub) -> argparse.ArgumentParser:
-    from cadenza.listen.audio import BACKENDS, SAMPLE_RATE
-
     s = add_verb(sub, "render", "MIDI -> WAV audio, piano-roll PNG, score PNG",
                  "Render MIDI files to WAV (a General MIDI SoundFont: FluidSynth if installed, else midirenderer from "
                  "pip; a built-in synthesizer without either), a piano-roll PNG and, with MuseScore 3 installed, a "
                  "score PNG. With no --wav/--png/--score: WAV and PNG. One line on stderr says which audio backend "
-                 "is used.")
+                 "is used.", settings=_audio_flags)
     s.add_argument("files", nargs="+", metavar="FILE.mid", help="MIDI files")
     s.add_argument("--wav", action="store_true", help="write <name>.wav")
     s.add_argument("--png", action="store_true", help="write <name>.png, a piano roll")
@@ -23,14 +21,22 @@ def register(sub) -> argparse.ArgumentParser:
     s.add_argument("--soundfont", help="General MIDI .sf2 (default: $CADENZA_SOUNDFONT, then system SoundFonts, "
                                        "then the one in the pretty_midi package)")
     s.add_argument("--out", help="output folder (default: beside each MIDI file)")
-    s.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="WAV sample rate (default %(default)s)")
-    s.add_argument("--synth", choices=BACKENDS, default="auto",
-                   help="audio backend (default auto: FluidSynth if installed, else midirenderer, else numpy)")
     s.set_defaults(func=run)
     return s
 
 
+def _audio_flags(s: argparse.ArgumentParser) -> None:
+    """The audio flags, added when `cadenza render` is parsed."""
+    # lazy: it imports numpy and symusic, which `cadenza --help` and the other verbs must not wait for
+    from cadenza.listen.audio import BACKENDS, SAMPLE_RATE
+
+    s.add_argument("--sample-rate", type=int, default=SAMPLE_RATE, help="WAV sample rate (default %(default)s)")
+    s.add_argument("--synth", choices=BACKENDS, default="auto",
+                   help="audio backend (default auto: FluidSynth if installed, else midirenderer, else numpy)")
+
+
 def run(a: argparse.Namespace) -> int:
+    # lazy: it imports numpy, symusic and matplotlib, which `cadenza --help` and the other verbs must not wait for
     from cadenza.listen.render import render
 
     chosen = a.wav or a.png or a.score

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cadenza.cli.common import add_verb
+from cadenza.studio.server import serve  # the module itself imports only the standard library
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -24,7 +25,5 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
-    from cadenza.studio.server import serve
-
     serve(a.host, a.port, a.runs, a.data, a.device, a.jobs, compile=not a.no_compile)
     return 0

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import symusic
 
+from cadenza.atomic import write_bytes
+
 DEFAULT_TPQ = 480  # at the default 120 bpm one tick is ~1 ms, finer than the 10 ms token grid
 DRUMS = 128  # the program number of drum notes: General MIDI's 128 programs, then the drum kit
 
@@ -352,8 +354,6 @@ def score_to_bytes(score: symusic.Score) -> bytes:
 
 def write_midi(score_or_notes: symusic.Score | Notes, path: str | os.PathLike) -> Path:
     """Write a Score (or Notes) to a .mid file atomically."""
-    from cadenza.atomic import write_bytes
-
     score = notes_to_score(score_or_notes) if isinstance(score_or_notes, Notes) else score_or_notes
     if score.ttype != symusic.TimeUnit.tick:
         score = score.to("tick")

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cadenza.data.midi import read_notes
+from cadenza.data.midi import MidiReadError, read_notes
+from cadenza.env.tools import find_musescore
 from cadenza.listen.audio import BACKENDS, SAMPLE_RATE, describe_backend, synthesize, write_wav
 from cadenza.listen.pianoroll import piano_roll
 from cadenza.listen.score import render_score
@@ -57,9 +58,6 @@ def render(files, *, wav: bool = True, png: bool = True, score: bool = False,
            soundfont: str | os.PathLike | None = None, out_dir: str | os.PathLike | None = None,
            sample_rate: int = SAMPLE_RATE, backend: str = "auto") -> RenderResult:
     """`render_file` for one file or many; a file that cannot be read is skipped and named."""
-    from cadenza.data.midi import MidiReadError
-    from cadenza.env.tools import find_musescore
-
     validate(RenderConfig(sample_rate, backend))
     files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
     res = RenderResult()

@@ -28,6 +28,7 @@ from cadenza.env.device import DistInfo, loader_workers, resolve_precision
 from cadenza.models import build_model
 from cadenza.models import checkpoint as ckpt
 from cadenza.models.config import ModelConfig
+from cadenza.models.zoo import resolve_model
 from cadenza.training.augment import RangeTransposed
 from cadenza.training.config import RunConfig
 from cadenza.training.ema import WeightAverage
@@ -124,8 +125,6 @@ def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -
 
 def init_checkpoint(name_or_path: str) -> Path:
     """A run folder, a checkpoint folder, or the name of a shipped model (`cadenza models`)."""
-    from cadenza.models.zoo import resolve_model
-
     return ckpt.resolve(resolve_model(name_or_path))
 
 

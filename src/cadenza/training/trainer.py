@@ -28,12 +28,14 @@ import torch
 from cadenza.atomic import output_folder, remove_leftovers
 from cadenza.data.statistics import polyphony_stats
 from cadenza.env.device import DistInfo, autocast, cleanup_distributed, enable_tf32, setup_distributed
+from cadenza.env.doctor import doctor_summary
 from cadenza.env.record import command_line
 from cadenza.evaluation.nll import window_loss
 from cadenza.models import checkpoint as ckpt
 from cadenza.models import count_parameters
 from cadenza.models.loss import inputs_targets
 from cadenza.training.config import RunConfig, resolve
+from cadenza.training.preview import log_sample
 from cadenza.training.runlog import RunLog, say
 from cadenza.training.session import Session, setup
 from cadenza.training.signals import StopRequest
@@ -132,7 +134,7 @@ def _run_meta(s: Session, data, command: str | None) -> dict[str, Any]:
     return {"command": command or command_line(), "data": str(data), "data_fingerprint": s.store.fingerprint,
             "tokenizer": s.tok.to_dict(), "note_seconds": s.store.manifest.get("note_seconds"),
             "polyphony": polyphony_stats(s.store), "init": s.cfg.train.init,
-            "environment": _environment(),
+            "environment": doctor_summary(),
             "parameters": count_parameters(s.raw), "precision": s.precision, "device": str(s.device),
             "world_size": s.dist.world_size}
 
@@ -289,8 +291,6 @@ def _evaluate(s: Session) -> float:
     s.since_best = 0 if improved else s.since_best + 1
     s.log.valid(s.step, loss)
     if s.cfg.train.sample_tokens:
-        from cadenza.training.preview import log_sample
-
         log_sample(s.log.tb, s.model, s.tok, s.step, s.cfg.train.sample_tokens, s.device)
     return loss
 
@@ -317,12 +317,6 @@ def _gather(dist: DistInfo, mine: torch.Tensor) -> list[torch.Tensor]:
     out = [None] * dist.world_size
     torch.distributed.all_gather_object(out, mine)
     return out
-
-
-def _environment() -> dict:
-    from cadenza.env.doctor import doctor_summary
-
-    return doctor_summary()
 
 
 def _progress(enabled: bool, start: int, total: int):
