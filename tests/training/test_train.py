@@ -135,6 +135,29 @@ def test_non_finite_loss_stops_with_a_message_naming_the_step(store, tmp_path):
         train(cfg("max_steps=50", "lr=1e6", "min_lr=1e6", "grad_clip=1e9"), store, tmp_path / "r", progress=False)
 
 
+def test_tokens_per_s_counts_training_steps_not_validation(store, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from cadenza.training import trainer
+
+    clock = SimpleNamespace(now=0.0)  # the trainer's clock: each step takes 1 s, each validation 100 s
+    monkeypatch.setattr(trainer, "time", SimpleNamespace(time=lambda: clock.now))
+    step, evaluate = trainer._train_step, trainer._evaluate
+
+    def timed(fn, seconds):
+        def run(s):
+            clock.now += seconds
+            return fn(s)
+        return run
+
+    monkeypatch.setattr(trainer, "_train_step", timed(step, 1.0))
+    monkeypatch.setattr(trainer, "_evaluate", timed(evaluate, 100.0))
+    train(cfg("max_steps=6", "log_every=2", "eval_every=2"), store, tmp_path / "r", progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    speed = {r["step"]: r["tokens_per_s"] for r in rows if "tokens_per_s" in r}
+    assert speed == {n: 4 * 64 for n in range(1, 7)}  # batch 4 x context 64 a second, validations left out
+
+
 def test_tensorboard_gets_scalars_images_and_audio(store, tmp_path):
     train(cfg("max_steps=4", "eval_every=4", "sample_tokens=48"), store, tmp_path / "r", progress=False)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

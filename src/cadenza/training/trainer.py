@@ -167,7 +167,7 @@ def _loop(s: Session, progress: bool) -> TrainResult:
             rows, reason = _sync(s, pending, stop.requested, out_of_time)
             now = time.time()
             _record(s, rows, _tokens_per_step(s) * len(rows) / max(now - t_sync, 1e-9), bar, valid_loss)
-            loss, pending, t_sync = rows[-1][1], [], now
+            loss, pending = rows[-1][1], []
             if fit and s.step == 10:
                 t10 = now
             if fit and s.step == 30 and t10:  # steps 10-30: the first ones pay for allocations, kernel choice
@@ -178,6 +178,7 @@ def _loop(s: Session, progress: bool) -> TrainResult:
                 valid_loss = _evaluate(s)
             if s.step % tc.save_every == 0 or final:
                 last_ckpt = _save(s, loss, valid_loss if evaluated else None) or last_ckpt
+            t_sync = time.time()  # the next interval times training steps, not this validation or save
             if reason is not None:
                 stopped_by = reason
                 break
