@@ -149,6 +149,26 @@ def studio_runs(tmp_path_factory):
     return root / "runs"
 
 
+@pytest.fixture(scope="session")
+def studio_edit_runs(studio_runs, tmp_path_factory):
+    """runs/notes: a model on the note vocabulary (it can infill and accompany) with the same two
+    styles, trained a few steps with anticipation; beside it a copy of runs/tiny, which cannot."""
+    import shutil
+
+    import cadenza
+    from cadenza.training.config import resolve
+
+    root = tmp_path_factory.mktemp("studio-edits")
+    store = cadenza.prepare(studio_runs.parent / "in", root / "store", styles_from_folders=True, workers=1,
+                            progress=False, tokenizer="notes", valid_fraction=0.2, test_fraction=0.0).store
+    cfg = resolve("tiny", overrides=["context=96", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
+                                     "batch_size=4", "max_steps=4", "eval_every=4", "eval_windows=2",
+                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
+    cadenza.train(cfg, store.path, root / "runs" / "notes", progress=False)
+    shutil.copytree(studio_runs / "tiny", root / "runs" / "tiny")
+    return root / "runs"
+
+
 @pytest.fixture
 def tokenizer():
     from cadenza.data.tokenizers import PerformanceTokenizer

@@ -10,6 +10,7 @@ import pytest
 import symusic
 from conftest import make_score, wait_until
 from fastapi.testclient import TestClient
+from studio_client import blocking, events
 
 from cadenza.studio.app import Limits, create_app
 
@@ -22,18 +23,6 @@ def client(studio_runs, tmp_path):
     with TestClient(app) as c:
         c.app_state = app.state
         yield c
-
-
-def events(client, job_id: str, stop_after: str | None = None) -> list[dict]:
-    out = []
-    with client.stream("GET", f"/api/jobs/{job_id}/events") as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                out.append(json.loads(line[6:]))
-                if out[-1]["event"] in (stop_after, "done", "failed", "cancelled"):
-                    break
-    return out
 
 
 def start(client, **settings) -> dict:
@@ -123,18 +112,6 @@ def test_uploads_are_read_like_prepare_reads_and_bounded(client, tmp_path):
                                            "settings": {"seconds": 2}}).json()  # "continue this"
     assert events(client, again["id"])[-1]["event"] == "done"
     assert client.get("/api/history").json()[0]["primer"]["name"] == f"job {job['id']}"
-
-
-def blocking(app_state):
-    """Make jobs wait for a signal, so the queue's bounds can be seen at work."""
-    gate = threading.Event()
-
-    def run(job):
-        wait_until(lambda: job.check() or gate.is_set(), timeout=60)  # a cancelled job stops at `check`
-        return {"variations": []}
-
-    app_state.jobs._run = run
-    return gate
 
 
 def test_a_full_queue_is_a_429_and_a_cancelled_job_frees_its_place(client):

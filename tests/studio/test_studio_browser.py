@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 from pathlib import Path
 
 import pytest
 import symusic
 from conftest import make_score, wait_until, write_score
+from studio_client import serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and not os.environ.get("CI"):
@@ -26,21 +26,11 @@ playwright = pytest.importorskip("playwright.sync_api")
 
 @pytest.fixture(scope="module")
 def server(studio_runs, tmp_path_factory):
-    import uvicorn
-
     from cadenza.studio.app import Limits, create_app
 
     app = create_app(tmp_path_factory.mktemp("studio-data"), studio_runs, Limits(max_running=1))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    wait_until(lambda: srv.started, timeout=30)
-    yield f"http://127.0.0.1:{port}", app
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as url:
+        yield url, app
 
 
 @pytest.fixture(scope="module")

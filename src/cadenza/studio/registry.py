@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.models import checkpoint as ckpt
 
 
@@ -32,10 +33,18 @@ class ModelEntry:
     styles: list[str]
     step: int
     valid_loss: float | None
+    tokenizer: dict = field(default_factory=dict, repr=False)  # the checkpoint's tokenizer config
+
+    @functools.cached_property
+    def tasks(self) -> list[str]:
+        """What the model can do: every model generates and continues; one whose vocabulary knows
+        given notes (trained on `--tokenizer notes`) also fills a span and accompanies a melody."""
+        edits = self.tokenizer and tokenizer_from_dict(self.tokenizer).anticipates
+        return ["generate", "continue", *(("infill", "accompany") if edits else ())]
 
     def public(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "kind": self.kind, "styles": self.styles, "step": self.step,
-                "valid_loss": self.valid_loss}
+                "valid_loss": self.valid_loss, "tasks": self.tasks}
 
 
 # A folder changed less than this long before a scan may change again within the same tick of its
@@ -57,8 +66,8 @@ class Registry:
     def shipped(self) -> list[ModelEntry]:
         from cadenza.models.zoo import list_models
 
-        return [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"])
-                for m in list_models()]
+        return [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"],
+                           ckpt.read_meta(m["path"])["tokenizer"]) for m in list_models()]
 
     def entries(self) -> list[ModelEntry]:
         """The shipped models, then the runs: a run that appears (or saves a checkpoint) while the
@@ -87,7 +96,7 @@ class Registry:
             meta = ckpt.read_meta(step_dir)
             name = ckpts.parent.relative_to(runs).as_posix()
             out.append(ModelEntry(f"run:{name}", name, "run", step_dir, meta["tokenizer"].get("styles", []),
-                                  meta["step"], meta.get("best_valid_loss")))
+                                  meta["step"], meta.get("best_valid_loss"), meta["tokenizer"]))
         return out
 
     def get(self, model_id: str) -> ModelEntry:

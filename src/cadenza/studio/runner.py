@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
@@ -31,19 +34,34 @@ from cadenza.studio.registry import Registry
 STREAM_EVERY = 0.12  # seconds between two `notes` events of a running job
 
 
-def notes_json(notes: Notes) -> list[list[float]]:
-    """[[start, end, pitch, velocity], ...] in onset order, times rounded to milliseconds."""
-    n = notes.by_time()
-    return [[round(float(s), 3), round(float(e), 3), int(p), int(v)]
-            for s, e, p, v in zip(n.start, n.end, n.pitch, n.velocity)]
+def notes_json(notes: Notes, new: np.ndarray | None = None) -> list[list[float]]:
+    """[[start, end, pitch, velocity], ...] in onset order, times rounded to milliseconds; with `new`
+    (a flag per note of `notes`), also those flags in the same order."""
+    order = _by_time(notes)
+    rows = [[round(float(s), 3), round(float(e), 3), int(p), int(v)] for s, e, p, v in
+            zip(notes.start[order], notes.end[order], notes.pitch[order], notes.velocity[order])]
+    return rows if new is None else (rows, np.asarray(new, np.int64)[order].tolist())
+
+
+def _by_time(notes: Notes) -> np.ndarray:
+    """The order of `Notes.by_time`."""
+    keys = (notes.pitch, notes.start) if notes.program is None else (notes.pitch, notes.program, notes.start)
+    return np.lexsort(keys)
 
 
 class _Stream:
     """The `on_tokens` callback of a job: checks for cancelling after every token, and sends the
-    notes of each variation so far every STREAM_EVERY seconds."""
+    notes of each variation so far every STREAM_EVERY seconds, saying which of them are new: for an
+    infill or an accompaniment those the model wrote (the given ones come back exactly as they went
+    in), for a continuation those from the primer's cut on."""
 
     def __init__(self, job: Job, prompt: Prompt):
-        self.job, self.tok, self.primer, self.last = job, prompt.tokenizer, prompt.primer, 0.0
+        self.job, self.prompt, self.pad, self.last = job, prompt, prompt.tokenizer.pad_id, 0.0
+        r = prompt.request
+        self.given = None if r is None else set(zip(r.given.start.tolist(), r.given.end.tolist(),
+                                                    r.given.pitch.tolist(), r.given.programs.tolist()))
+        primer = job.primer or {}
+        self.cut = (primer.get("seconds") or primer.get("end") or 0.0) if primer.get("task") == "continue" else 0.0
 
     def __call__(self, first: int, tokens) -> None:
         self.job.check()
@@ -52,10 +70,18 @@ class _Stream:
             return
         self.last = now
         for r, new in enumerate(tokens.tolist()):
-            self.send(first + r, self.tok.to_notes(self.primer + [t for t in new if t != self.tok.pad_id]), len(new))
+            self.send(first + r, self.prompt.notes_of([t for t in new if t != self.pad]), len(new))
+
+    def new(self, notes: Notes) -> np.ndarray:
+        """Which of `notes` the model wrote."""
+        if self.given is None:
+            return notes.start >= self.cut
+        keys = zip(notes.start.tolist(), notes.end.tolist(), notes.pitch.tolist(), notes.programs.tolist())
+        return np.fromiter((k not in self.given for k in keys), bool, len(notes))
 
     def send(self, variation: int, notes: Notes, tokens: int) -> None:
-        self.job.emit("notes", variation=variation, notes=notes_json(notes), tokens=tokens)
+        rows, new = notes_json(notes, self.new(notes))
+        self.job.emit("notes", variation=variation, notes=rows, new=new, tokens=tokens)
 
 
 @dataclass
@@ -76,25 +102,34 @@ class Runner:
         # The last notes of every variation: a generation faster than STREAM_EVERY streams none.
         for k, (notes, ids) in enumerate(zip(gen.notes, gen.ids)):
             stream.send(k, notes, len(ids))
-        return self._write(job, gen)
+        return self._write(job, gen, stream)
 
     def _primer_settings(self, job: Job) -> dict[str, Any]:
-        if not job.primer:
-            return {}
-        return {"primer": str(job.primer["path"]), "primer_seconds": job.primer.get("seconds")}
+        """The settings that name the job's music: a primer to continue or fill, a melody."""
+        p = job.primer or {}
+        if p.get("task") == "infill":
+            return {"primer": str(p["path"]), "infill": "{:g}:{:g}".format(*p["span"])}
+        if p.get("task") == "accompany":
+            return {"accompany": str(p["path"])}
+        return {"primer": str(p["path"]), "primer_seconds": p.get("seconds")} if p else {}
 
-    def _write(self, job: Job, gen: Generation) -> dict[str, Any]:
-        """sample-K.mid and sample-K.wav per variation, and job.json, into the job's folder."""
-        variations = []
-        with atomic_dir(self.data / "jobs" / job.id) as tmp:
+    def _write(self, job: Job, gen: Generation, stream: _Stream) -> dict[str, Any]:
+        """sample-K.mid and sample-K.wav per variation, and job.json, into the job's folder (with
+        the melody the job was given there, a recorded one)."""
+        variations, folder = [], self.data / "jobs" / job.id
+        with atomic_dir(folder) as tmp:
             for k, (score, notes, stats) in enumerate(zip(gen.scores, gen.notes, gen.stats)):
                 write_midi(score, tmp / f"sample-{k}.mid")
                 audio, backend = synthesize(notes, sample_rate=self.sample_rate)
                 write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
+                rows, new = notes_json(notes, stream.new(notes))
                 variations.append({"index": k, "notes": stats["notes"], "seconds": stats["seconds"],
-                                   "tokens": stats["tokens"], "audio": backend, "note_list": notes_json(notes)})
-            primer_info = {"seconds": job.primer.get("seconds"), "name": job.primer.get("name"),
-                           "end": job.primer.get("end")} if job.primer else None
+                                   "tokens": stats["tokens"], "audio": backend, "note_list": rows, "note_new": new})
+            given = Path(job.primer["path"]) if job.primer else None
+            if given is not None and given.parent == folder:
+                shutil.copy(given, tmp / given.name)
+            primer_info = {key: job.primer.get(key) for key in ("task", "seconds", "name", "end", "span")
+                           } if job.primer else None
             summary = {"id": job.id, "model": job.model, "settings": job.settings, "created": job.created,
                        "started": job.started, "finished": time.time(), "primer": primer_info,
                        "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
@@ -103,7 +138,8 @@ class Runner:
 
 
 def _without_notes(summary: dict[str, Any]) -> dict[str, Any]:
-    return {**summary, "variations": [{k: v for k, v in x.items() if k != "note_list"} for x in summary["variations"]]}
+    return {**summary, "variations": [{k: v for k, v in x.items() if k not in ("note_list", "note_new")}
+                                      for x in summary["variations"]]}
 
 
 def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
@@ -144,14 +180,20 @@ def stored_job(data: Path, job_id: str) -> Job | None:
     return job
 
 
-def stored_notes(data: Path, job_id: str, variation: int) -> list | None:
+def stored_notes(data: Path, job_id: str, variation: int, key: str = "note_list") -> list | None:
+    """A finished variation's notes (`notes_json`), or with key="note_new" which of them are new."""
     f = data / "jobs" / job_id / "job.json"
     if not f.is_file():
         return None
     for x in json.loads(f.read_text())["variations"]:
         if x["index"] == variation:
-            return x["note_list"]
+            return x.get(key, [1] * len(x["note_list"]))  # a job from before the flags: all new
     return None
+
+
+def stored_flags(data: Path, job_id: str, variation: int) -> list | None:
+    """Per note of `stored_notes`: 1 if the model wrote it, 0 if it was given."""
+    return stored_notes(data, job_id, variation, "note_new")
 
 
 # The page's default generation is one variation with a style and guidance (two rows: guided and

@@ -1,0 +1,120 @@
+"""The studio API's contract: what each operation answers with, success and error alike, is in its
+OpenAPI entry with the body it carries, so that a client generated from /openapi.json can trust it.
+
+Two bodies, as FastAPI makes them: `Problem` ({"detail": "one line"}) for 400, 404, 413 and 429,
+and FastAPI's validation body ({"detail": [{"loc", "msg", "type"}]}) for 422, whose `loc` names the
+field. A 405 lists in `Allow` every method the path answers to, not only the first route's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+
+class Problem(BaseModel):
+    """An error the server explains in one line."""
+
+    detail: str
+
+
+WHY = {
+    400: "the body could not be read: not JSON, or an upload that is not a MIDI file with notes",
+    404: "an id (model, job, upload, variation) the server did not hand out",
+    413: "the upload is larger than the server's limit",
+    422: "a field is missing, of the wrong type or out of range: `loc` names it, `msg` says why",
+    429: "too many jobs are waiting; try again after Retry-After seconds",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict]:
+    """The `responses` entry of a route that may answer with `codes` (422 has FastAPI's body)."""
+    out: dict[int | str, dict] = {}
+    for code in codes:
+        if code == 422:
+            out[code] = {"description": WHY[code], "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/HTTPValidationError"}}}}
+        else:
+            out[code] = {"model": Problem, "description": WHY[code]}
+        if code == 429:
+            out[code]["headers"] = {"Retry-After": {"description": "seconds to wait", "required": True,
+                                                    "schema": {"type": "integer"}}}
+    return out
+
+
+def refused(field: tuple[str | int, ...], msg: str) -> dict:
+    """A 422 body entry in FastAPI's shape: `field` is its location (("body", "notes", 3, "pitch"))."""
+    return {"loc": list(field), "msg": msg, "type": "value_error"}
+
+
+def install(app: FastAPI) -> None:
+    """Answer a 405 with every method of its path in `Allow`."""
+    app.add_exception_handler(StarletteHTTPException, _with_every_method)
+
+
+async def _with_every_method(request: Request, exc: StarletteHTTPException):
+    """Starlette answers 405 from the first route whose path matched, with only its methods: a path
+    with a GET route and a DELETE route said `Allow: GET`."""
+    if exc.status_code == 405:
+        allowed: set[str] = set()
+        for route in request.app.router.routes:
+            match, _ = route.matches({**request.scope, "method": "\0"})  # a method no route has: paths only
+            if match == Match.PARTIAL:
+                allowed |= set(getattr(route, "methods", None) or ())
+        if allowed:
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(allowed))}
+    return await http_exception_handler(request, exc)
+
+
+# ---- what the operations answer with ------------------------------------------------------------
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class JobOut(BaseModel):
+    """A job: its status, and when done its result (files per variation under /api/jobs/{id}/{k}/)."""
+
+    id: str
+    model: str
+    settings: dict[str, Any]
+    status: JobStatus
+    created: float
+    started: float | None
+    finished: float | None
+    error: str | None
+    result: dict[str, Any] | None
+    events: int = Field(description="events so far: GET /api/jobs/{id}/events?after=N resumes after N")
+
+
+class UploadOut(BaseModel):
+    id: str = Field(description="name it as a primer, a piece to infill or a melody to accompany")
+    name: str
+    seconds: float
+    notes: list[list[float]] = Field(description="[start, end, pitch, velocity] per note, in onset order")
+
+
+class ModelOut(BaseModel):
+    id: str
+    name: str
+    kind: Literal["shipped", "run"]
+    styles: list[str]
+    step: int
+    valid_loss: float | None
+    tasks: list[str] = Field(description="generate and continue; infill and accompany for a note-vocabulary model")
+
+
+class SettingOut(BaseModel):
+    name: str
+    default: Any
+    range: str
+    doc: str
+
+
+class Health(BaseModel):
+    ok: bool
+    running: int
+    compiled_step: str = Field(description="off, building, ready, or eager: and why")

@@ -1,0 +1,134 @@
+"""Working with music the client has: fill a span of a piece, accompany a melody.
+
+`POST /api/infill` rewrites the notes of an upload or of a finished job's variation that start in a
+span and keeps every other note; `POST /api/accompany` writes voices under a melody: an upload's
+(its lead part, or its top line), a finished variation's top line, or notes played in and posted as
+JSON. Both are jobs like `POST /api/jobs` (the same queue, events and files); only a model whose
+vocabulary knows given notes can run them (`ModelEntry.tasks`). The server turns ids into paths:
+a played melody, and a variation's top line, are written as MIDI into the job's own folder first.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, HTTPException
+
+from cadenza.data.anticipation import top_line
+from cadenza.data.midi import Notes, write_midi
+from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.studio.contract import JobOut, errors, refused
+from cadenza.studio.jobs import Job, JobQueue
+from cadenza.studio.registry import ModelEntry, Registry, UnknownModel
+from cadenza.studio.requests import (
+    AccompanyRequest,
+    InfillRequest,
+    Piece,
+    checked_settings,
+    result_piece,
+    submit,
+    upload_piece,
+)
+
+MELODY = "melody.mid"  # a job's given melody, in its folder
+
+
+def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, limits) -> None:
+    @app.post("/api/infill", status_code=202, responses=errors(400, 404, 422, 429),
+              summary="Rewrite the notes of an upload or a job's variation that start in a span; keep the rest")
+    def infill(req: InfillRequest) -> JobOut:
+        entry = _model(registry, req.model, "infill")
+        settings = checked_settings(req.settings, entry.styles, limits)
+        piece = _one_piece(data, req.upload, req.result, "upload or result: the piece to fill")
+        _check_span(req.start, req.end, piece, limits.max_seconds)
+        primer = {"task": "infill", "path": piece.path, "span": [req.start, req.end], "name": piece.name,
+                  "end": piece.end}
+        return submit(jobs, Job(entry.id, settings, primer))
+
+    @app.post("/api/accompany", status_code=202, responses=errors(400, 404, 422, 429),
+              summary="Write voices under a melody: an upload's, a job's top line, or notes played in")
+    def accompany(req: AccompanyRequest) -> JobOut:
+        entry = _model(registry, req.model, "accompany")
+        settings = checked_settings(req.settings, entry.styles, limits)
+        job, folder = Job(entry.id, settings), data / "jobs"
+        if req.notes is None:
+            piece = _one_piece(data, req.upload, req.result, "upload, result or notes: the melody")
+            if req.upload is not None:  # its melody as the library hears it: its lead part, or its top line
+                job.primer = {"task": "accompany", "path": piece.path, "name": piece.name, "end": piece.end}
+                return submit(jobs, job)
+            melody, name = _top_line(entry, piece.path), f"top line of {piece.name}"
+        elif req.upload is not None or req.result is not None:
+            raise HTTPException(422, [refused(("body", "notes"), "give exactly one of upload, result or notes: "
+                                                                 "the melody")])
+        else:
+            melody, name = _recorded(req, limits), f"played melody ({len(req.notes)} notes)"
+        folder /= job.id  # the melody goes into the job's own folder, under a name the server chose
+        job.primer = {"task": "accompany", "path": write_midi(melody, folder / MELODY), "name": name,
+                      "end": melody.duration}
+        try:
+            return submit(jobs, job)
+        except HTTPException:
+            shutil.rmtree(folder, ignore_errors=True)  # a 429: the job never runs
+            raise
+
+
+def _model(registry: Registry, model_id: str, task: str) -> ModelEntry:
+    try:
+        entry = registry.get(model_id)
+    except UnknownModel:
+        raise HTTPException(404, f"model: unknown model {model_id!r}; GET /api/models lists them") from None
+    if task not in entry.tasks:
+        raise HTTPException(422, [refused(("body", "model"), f"model {model_id} cannot {task}: its vocabulary has "
+                                          "no given notes; use a model trained on `--tokenizer notes`, such as "
+                                          "the shipped styles model")])
+    return entry
+
+
+def _one_piece(data: Path, upload: str | None, result, what: str) -> Piece:
+    """The one piece a request names, by an upload id or a finished job's variation."""
+    if (upload is None) == (result is None):
+        raise HTTPException(422, [refused(("body", "upload"), f"give exactly one of {what}")])
+    return upload_piece(data, upload, "upload") if upload is not None else result_piece(data, result, "result")
+
+
+def _check_span(start: float, end: float, piece: Piece, longest: float) -> None:
+    def refuse(name: str, msg: str):
+        raise HTTPException(422, [refused(("body", name), msg)])
+
+    if not end > start:
+        refuse("end", f"end must be after start ({start:g} s), got {end:g}")
+    if start >= piece.end:
+        refuse("start", f"start must be before the piece ends ({piece.end:.2f} s), got {start:g}")
+    if end - start > longest:
+        refuse("end", f"the span must be at most {longest:g} s on this server, got {end - start:g}")
+
+
+def _recorded(req: AccompanyRequest, limits) -> Notes:
+    """The posted melody as `Notes`, within the server's limits on notes and seconds."""
+    notes = req.notes
+    if len(notes) > limits.max_melody_notes:
+        raise HTTPException(422, [refused(("body", "notes"), f"notes: at most {limits.max_melody_notes} on this "
+                                                             f"server, got {len(notes)}")])
+    for i, n in enumerate(notes):
+        if n.end > limits.max_seconds:
+            raise HTTPException(422, [refused(("body", "notes", i, "end"), f"end must be at most "
+                                              f"{limits.max_seconds:g} s on this server, got {n.end:g}")])
+    return Notes.from_arrays([n.start for n in notes], [n.end for n in notes], [n.pitch for n in notes],
+                             [n.velocity for n in notes])
+
+
+def _top_line(entry: ModelEntry, path: Path) -> Notes:
+    """A piece's top line as the model's tokenizer hears it (`cadenza.data.anticipation.top_line`):
+    at each onset its highest note, unless an earlier one still sounds above it. One part, so that
+    the whole line is the melody the model accompanies."""
+    tok = tokenizer_from_dict(entry.tokenizer)
+    notes, _ = tok.read(path)
+    g, _ = tok.quantize(notes)
+    keys = (g.onset << 16) | (g.program << 7) | g.pitch  # a grid note's onset, instrument and pitch
+    onset = np.floor(notes.start * tok.steps_per_second + 0.5).astype(np.int64)
+    line = notes.take(np.isin((onset << 16) | (notes.programs << 7) | notes.pitch, keys[top_line(g)]))
+    if not len(line):
+        raise HTTPException(422, [refused(("body", "result"), "result has no pitched notes: no melody to accompany")])
+    return Notes.from_arrays(line.start, line.end, line.pitch, line.velocity)
