@@ -186,3 +186,14 @@ def test_tokens_per_second_leaves_out_getting_the_compiled_step(studio_runs, mon
     assert run["compile_seconds"] >= 1.0  # two batches, one lookup each
     tokens = sum(s["tokens"] for s in g.stats)
     assert run["tokens_per_s"] == pytest.approx(tokens / (run["generation_seconds"] - run["compile_seconds"]))
+
+
+def test_a_gpu_decodes_on_the_cpu_only_where_the_gpu_check_measured_that_faster(monkeypatch):
+    from cadenza.generation import generate as gen
+
+    cuda, cfg = torch.device("cuda"), SamplingConfig(batch_size=1).validate()
+    assert gen.decode_device(cuda, cfg, chosen=True) == cuda  # nothing measured: the GPU
+    monkeypatch.setattr(gen, "CPU_DECODES_FASTER", frozenset({1}))
+    assert gen.decode_device(cuda, cfg, chosen=True) == torch.device("cpu")
+    assert gen.decode_device(cuda, cfg, chosen=False) == cuda  # --device cuda is obeyed
+    assert gen.decode_device(cuda, SamplingConfig(batch_size=8, num_samples=8).validate(), chosen=True) == cuda

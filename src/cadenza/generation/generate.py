@@ -137,13 +137,27 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
     Returns symusic scores, ids and statistics.
     """
     cfg = sampling_config(config, **settings)
-    dev = pick_device(device)
+    dev = decode_device(pick_device(device), cfg, device == "auto")
     enable_tf32(dev)  # fp32 matmuls on Ampere and later GPUs
     model, meta = ckpt.load_model(resolve_model(checkpoint if checkpoint is not None else DEFAULT), dev)
     result = sample(model, meta, cfg, progress=progress)
     if out is not None:
         _write(result, Path(out), render)
     return result
+
+
+# Batch sizes at which the CPU's compiled decode step outdecodes eager decoding on a GPU: what
+# benchmarks/gpu_check.py measures ("generate.faster": the faster device per batch size). Empty until
+# a GPU has run the check, so a CUDA machine decodes on its GPU.
+CPU_DECODES_FASTER: frozenset[int] = frozenset()
+
+
+def decode_device(device: torch.device, cfg: SamplingConfig, chosen: bool) -> torch.device:
+    """Where to decode: the device asked for, or the CPU when the device was chosen automatically, is
+    a GPU, and the GPU check measured the CPU's compiled step faster at this batch size."""
+    if chosen and device.type == "cuda" and cfg.compile and min(cfg.batch_size, cfg.num_samples) in CPU_DECODES_FASTER:
+        return torch.device("cpu")
+    return device
 
 
 def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
