@@ -82,7 +82,7 @@ def tokenize_table() -> list[str]:
     if not files:
         return missing("benchmarks/results/tokenize/")
     out = ["| files | tokenizer | files/s | notes/s | vs MidiTok MIDILike |", "|---|---|---:|---:|---:|"]
-    for path, r in files:
+    for _, r in files:
         for i, row in enumerate(r["rows"]):
             first = f"{r['label']}, {r['files']:,} files, {r['notes']:,} notes" if i == 0 else ""
             out.append(f"| {first} | {row['tokenizer']} | {row['files_per_s']:,.0f} | {row['notes_per_s']:,.0f} | "
@@ -204,15 +204,19 @@ def serve_table() -> list[str]:
            f"| server start (process to first answer) | {r['server_start_seconds']:.1f} s |",
            f"| batch 1: time to first note, median | {s['first_note_median'] * 1000:,.0f} ms |",
            f"| batch 1: music seconds per wall second, median | {s['realtime_factor_median']:.1f}x |",
-           f"| {c['jobs']} jobs from {r['clients']} clients: latency p50 / p95 | {c['latency_p50']:.2f} s / "
+           f"| {c['jobs']:,} jobs from {r['clients']} clients: latency p50 / p95 | {c['latency_p50']:.2f} s / "
            f"{c['latency_p95']:.2f} s |",
            f"| throughput | {c['jobs_per_s']:.2f} jobs/s |",
-           f"| errors | {c['errors']} |",
-           f"| server RSS before and after each round | {' / '.join(f'{x:,.1f}' for x in rss)} MB |"]
-    if "rss_growth_after_first_round_mb" in c:
-        steps = ", ".join(f"{b - a:+.2f}" for a, b in zip(rss[1:], rss[2:]))
-        out.append(f"| RSS growth after the first round | {c['rss_growth_after_first_round_mb']:+.2f} MB "
-                   f"({steps} MB a round) |")
+           f"| errors | {c['errors']} |"]
+    if mem := c.get("memory"):  # a long run: the resident level and how fast it still grows
+        out += [f"| server RSS at start / after the first round / at the end | {rss[0]:,.1f} / {rss[1]:,.1f} / "
+                f"{rss[-1]:,.1f} MB |",
+                f"| RSS over the last half ({mem['last_half_rounds']} rounds): level, median | "
+                f"{mem['level_mb']:,.1f} MB |",
+                f"| RSS over the last half: growth | {mem['last_half_slope_kb_per_job']:+.2f} KB a job, "
+                f"{mem['last_half_added_mb']:+.2f} MB in all |"]
+    else:
+        out.append(f"| server RSS before and after each round | {' / '.join(f'{x:,.1f}' for x in rss)} MB |")
     return out + ["", f"Model `{r['model']}`, {r['seconds_per_job']:g} s of music per job.", "", provenance(path, r)]
 
 

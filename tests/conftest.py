@@ -186,8 +186,8 @@ def allow_compiling(mp: pytest.MonkeyPatch, cache: Path) -> None:
 
     mp.delenv("CADENZA_NO_COMPILE", raising=False)
     mp.setenv("CADENZA_CACHE", str(cache))
-    if compiled.available():
-        pytest.skip(f"compiled decode step unavailable: {compiled.available()}")
+    if reason := compiled.unavailable_reason():
+        pytest.skip(f"compiled decode step unavailable: {reason}")
 
 
 @pytest.fixture(scope="module")

@@ -59,8 +59,6 @@ def unavailable_reason() -> str | None:
     return toolchain.unavailable_reason()
 
 
-available = unavailable_reason  # its former name; goes once studio/runner.py and tests/conftest.py move
-
 
 def unavailable_for(model) -> str | None:
     """None when `model` can decode through the compiled decode step here, else why not (the
