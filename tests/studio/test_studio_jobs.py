@@ -52,6 +52,17 @@ def test_finished_jobs_beyond_the_newest_are_forgotten_as_jobs_finish():
     assert kept == [j.id for j in jobs[-3:]]
 
 
+def test_closing_the_queue_cancels_every_job_and_waits_for_the_running_ones():
+    """A server that shuts down stops its jobs first: one running, one waiting."""
+    queue = JobQueue(lambda job: wait_until(lambda: job.check(), timeout=60), max_queued=4, max_running=1)
+    running, waiting = queue.submit(Job("m", {})), queue.submit(Job("m", {}))
+    wait_until(lambda: running.status == "running", timeout=10)
+    t0 = time.monotonic()
+    queue.close(timeout=30)
+    assert time.monotonic() - t0 < 10 and queue.running() == 0
+    assert (running.status, waiting.status) == ("cancelled", "cancelled")
+
+
 def test_a_jobs_reference_cycles_are_freed_when_it_ends():
     """A long-running server frees each job's garbage as the job ends, not hundreds of jobs later."""
     class Node:

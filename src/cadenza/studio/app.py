@@ -57,6 +57,7 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     async def lifespan(app: FastAPI):
         anyio.to_thread.current_default_thread_limiter().total_tokens = limits.max_threads
         yield
+        await anyio.to_thread.run_sync(jobs.close)  # stop the jobs still running before the process ends
 
     app = FastAPI(title="cadenza studio", description="Generate, hear, see, continue, fill and accompany music "
                   "(docs/studio.md).", lifespan=lifespan)

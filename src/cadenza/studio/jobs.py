@@ -118,6 +118,18 @@ class JobQueue:
             self._finish(job, "cancelled")
         return job
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel every job not finished and wait up to `timeout` seconds for the running ones to stop
+        (within a token each): the server calls this as it shuts down, since a process that exits while
+        a worker is inside torch aborts (`terminate called without an active exception`)."""
+        with self._lock:
+            live = [j.id for j in self._jobs.values() if j.status not in FINISHED]
+        for job_id in live:
+            self.cancel(job_id)
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def running(self) -> int:
         with self._lock:  # workers forget old jobs as they finish: never iterate while one deletes
             return sum(j.status == "running" for j in self._jobs.values())
