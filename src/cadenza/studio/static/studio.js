@@ -1,28 +1,25 @@
-// cadenza studio: the page. Plain JavaScript, no library: the server renders audio and scores.
-"use strict";
+// cadenza studio: the page. Plain JavaScript modules, no library, no build step: the server renders
+// audio and scores. This one wires the page together: models and styles, generating and continuing,
+// the history; the roll (roll.js), what is on stage (stage.js), listening (player.js), filling a span
+// (edit.js), playing a melody in and accompanying it (melody.js, recorder.js), the API (api.js).
+
+import { api, follow, post, uploadFile } from "./api.js";
+import { SpanEditor } from "./edit.js";
+import { MelodyPanel } from "./melody.js";
+import { Player } from "./player.js";
+import { drawRoll, timeAt } from "./roll.js";
+import { Stage } from "./stage.js";
 
 const $ = (id) => document.getElementById(id);
-const state = {
-  models: [], style: null, job: null, source: null, variation: 0,
-  variations: [],          // per variation: {notes: [[start, end, pitch, velocity]], seconds}
-  primer: null,            // {upload: id} or {job, variation}, plus notes and cut
-  length: 12,
-};
-window.studio = state;     // the browser test reads the state from here
-
-// ---- helpers ----------------------------------------------------------------------------------
-async function api(path, options = {}) {
-  const r = await fetch(path, options);
-  const body = r.headers.get("content-type")?.includes("json") ? await r.json() : await r.text();
-  if (!r.ok) {
-    const d = body && body.detail;
-    const msg = Array.isArray(d) ? d.map((x) => x.msg).join("; ") : (d || r.statusText);
-    throw new Error(msg);
-  }
-  return body;
-}
+const state = { models: [], style: null, source: null, primer: null, jobCut: 0, length: 12, busy: false };
+window.studio = state;     // the browser tests read the state from here
 const say = (text) => { $("status").textContent = text; };
-const fmt = (t) => `${Math.floor(t / 60)}:${(t % 60).toFixed(1).padStart(4, "0")}`;
+
+const player = new Player($("audio"), $("play"), $("clock"), () => stage.redraw());
+const stage = new Stage(state, player);
+const can = (task) => ((state.models.find((m) => m.id === $("model").value) || {}).tasks || []).includes(task);
+const editor = new SpanEditor({ state, stage, player, run: runJob, can });
+const melody = new MelodyPanel({ state, stage, player, run: runJob, can, fresh: () => editor.reset(), say });
 
 // ---- the fast decoder ----------------------------------------------------------------------------
 // After start the server builds its compiled decode step in the background (about 20 s a shape the
@@ -38,67 +35,6 @@ async function watchSpeed() {
   el.textContent = SPEED[kind] || "";
   el.title = s.startsWith("eager: ") ? s.slice(7) : "";  // why it stays eager (no compiler, a GPU, ...)
   if (kind === "building") setTimeout(watchSpeed, 2000);
-}
-
-// ---- piano rolls --------------------------------------------------------------------------------
-function drawRoll(canvas, notes, opts = {}) {
-  const dpr = window.devicePixelRatio || 1;
-  const w = canvas.clientWidth, h = canvas.clientHeight;
-  canvas.width = w * dpr; canvas.height = h * dpr;
-  const g = canvas.getContext("2d");
-  g.scale(dpr, dpr);
-  g.clearRect(0, 0, w, h);
-  const all = (opts.primer || []).concat(notes);
-  const end = Math.max(opts.seconds || 1, ...all.map((n) => n[1]));
-  let lo = Math.min(...all.map((n) => n[2]), 60) - 2, hi = Math.max(...all.map((n) => n[2]), 60) + 2;
-  if (hi - lo < 24) { const m = (lo + hi) >> 1; lo = m - 12; hi = m + 12; }
-  const x = (t) => 36 + (t / end) * (w - 44), rowH = (h - 16) / (hi - lo + 1);
-  const y = (p) => 6 + (hi - p) * rowH;
-  for (let p = lo; p <= hi; p++) {            // keyboard stripes, C labelled
-    const black = [1, 3, 6, 8, 10].includes(p % 12);
-    g.fillStyle = black ? "#0e1018" : "#12151f";
-    g.fillRect(36, y(p), w - 44, rowH);
-    if (p % 12 === 0) {
-      g.fillStyle = "#8b91a7"; g.font = "10px system-ui"; g.fillText(`C${p / 12 - 1}`, 4, y(p) + rowH - 1);
-      g.fillStyle = "#232838"; g.fillRect(36, y(p) + rowH - 1, w - 44, 1);
-    }
-  }
-  for (let s = 0; s <= end; s += end > 40 ? 10 : end > 16 ? 5 : 1) {   // seconds grid
-    g.fillStyle = "#1f2433"; g.fillRect(x(s), 0, 1, h);
-    g.fillStyle = "#5d647a"; g.font = "10px system-ui"; g.fillText(`${s}s`, x(s) + 2, h - 3);
-  }
-  const paint = (n, primer) => {
-    const v = n[3] / 127;
-    g.fillStyle = primer ? "rgba(120,140,190,0.55)" : `hsl(${42 - 30 * v}, ${70 + 25 * v}%, ${45 + 20 * v}%)`;
-    const r = Math.min(3, rowH / 2);
-    const bx = x(n[0]), bw = Math.max(2, x(n[1]) - x(n[0])), by = y(n[2]) + 0.5, bh = Math.max(2, rowH - 1);
-    g.beginPath(); g.roundRect(bx, by, bw, bh, r); g.fill();
-  };
-  (opts.primer || []).forEach((n) => paint(n, true));
-  notes.forEach((n) => paint(n, false));
-  if (opts.cut !== undefined) { g.fillStyle = "#6fd3c1"; g.fillRect(x(opts.cut) - 1, 0, 3, h); }
-  if (opts.cursor !== undefined) { g.fillStyle = "#ffffff"; g.fillRect(x(opts.cursor), 0, 2, h); }
-  canvas.dataset.notes = String(notes.length);
-  canvas._x = x; canvas._end = end;
-}
-
-function redraw() {
-  const v = state.variations[state.variation] || { notes: [] };
-  const cut = state.jobCut || 0;   // a continuation: the primer's notes come first, drawn apart
-  const a = $("audio");
-  drawRoll($("roll"), v.notes.filter((n) => n[0] >= cut), {
-    primer: v.notes.filter((n) => n[0] < cut), seconds: cut + state.length,
-    cursor: a.src && (a.currentTime > 0 || !a.paused) ? a.currentTime : undefined,
-  });
-  $("empty").hidden = v.notes.length > 0;
-}
-
-function drawPrimer() {
-  const c = $("primer-roll");
-  if (!state.primer) { c.hidden = true; $("primer-info").hidden = true; $("drop-text").hidden = false; return; }
-  c.hidden = false; $("primer-info").hidden = false; $("drop-text").hidden = true;
-  drawRoll(c, state.primer.notes, { seconds: state.primer.seconds, cut: state.primer.cut });
-  $("cut-time").textContent = state.primer.cut.toFixed(1);
 }
 
 // ---- models and styles ----------------------------------------------------------------------------
@@ -117,140 +53,99 @@ function showStyles() {
   state.style = styles.includes(state.style) ? state.style : (styles[0] || null);
   $("styles").innerHTML = (styles.length ? styles : ["(no styles)"]).map((s) =>
     `<button class="chip${s === state.style ? " on" : ""}" data-style="${s}" ${styles.length ? "" : "disabled"}>${s}</button>`).join("");
-  $("styles").querySelectorAll(".chip").forEach((b) => b.onclick = () => { state.style = b.dataset.style; showStyles(); });
+  $("styles").querySelectorAll(".chip").forEach((b) => { b.onclick = () => { state.style = b.dataset.style; showStyles(); }; });
   $("guidance").disabled = !styles.length;
+  editor.refresh(); melody.refresh();
 }
 
-// ---- generating -------------------------------------------------------------------------------
-function settings() {
+// ---- jobs -------------------------------------------------------------------------------------
+// The sampling settings; an edit (a span, an accompaniment) takes its length from its music.
+function settings(edit) {
   const s = {
-    temperature: +$("temperature").value, top_p: +$("top_p").value, seconds: +$("seconds").value,
-    seed: +$("seed").value, num_samples: +$("variations").value, stop_at_eos: false,
+    temperature: +$("temperature").value, top_p: +$("top_p").value, seed: +$("seed").value,
+    num_samples: +$("variations").value, stop_at_eos: false,
   };
+  if (!edit) s.seconds = +$("seconds").value;
   if (state.style) { s.style = state.style; s.guidance = +$("guidance").value; }
   return s;
 }
 
+// Start a job (POST `path` with the model, the settings and `body`) and follow it on the stage, which
+// spans `range` seconds; `verb` says what it does. -> whether it finished.
+async function runJob(path, body, range, verb) {
+  player.stop();
+  let job;
+  try {
+    job = await post(path, { model: $("model").value, settings: settings(path !== "/api/jobs"), ...body });
+  } catch (e) { say(`could not start: ${e.message}`); return false; }
+  stage.start(job, range);
+  running(true); say("queued…");
+  const finished = await new Promise((resolve) => {
+    state.source = follow(job.id, {
+      started: () => say(`${verb}…`),
+      notes: (d) => stage.notes(d),
+      done: (result) => stage.finished(result).then(() => { say(summary(result)); resolve(true); },
+                                                    (e) => { say(e.message); resolve(false); }),
+      cancelled: () => { say("cancelled"); resolve(false); },
+      failed: (error) => { say(`failed: ${error}`); resolve(false); },
+    });
+  });
+  running(false);
+  loadHistory().catch(() => {});
+  return finished;
+}
+
+const summary = (r) => `${r.variations.length} variation${r.variations.length > 1 ? "s" : ""}, ` +
+  `${r.tokens_per_s.toFixed(0)} tokens/s`;
+
 async function generate() {
-  stop();
-  state.variations = []; state.variation = 0; state.length = +$("seconds").value;
-  resetResult();
-  const body = { model: $("model").value, settings: settings() };
+  state.length = +$("seconds").value;
+  const body = {};
   state.jobCut = 0;
   if (state.primer) {
     body.primer = state.primer.upload || { job: state.primer.job, variation: state.primer.variation };
     body.primer_seconds = state.primer.cut;
     state.jobCut = state.primer.cut;
   }
-  try {
-    state.job = await api("/api/jobs", { method: "POST", headers: { "content-type": "application/json" },
-                                         body: JSON.stringify(body) });
-  } catch (e) { say(`could not start: ${e.message}`); return; }
-  running(true);
-  say("queued…");
-  const source = new EventSource(`/api/jobs/${state.job.id}/events`);
-  state.source = source;
-  source.addEventListener("started", () => say("generating…"));
-  source.addEventListener("notes", (ev) => {
-    const d = JSON.parse(ev.data);
-    state.variations[d.variation] = { notes: d.notes, seconds: 0 };
-    const end = Math.max(0, ...d.notes.map((n) => n[1]));
-    $("bar").style.width = `${Math.min(100, 100 * end / (state.jobCut + state.length))}%`;
-    showTabs(); redraw();
-  });
-  source.addEventListener("done", (ev) => { finished(JSON.parse(ev.data).result); });
-  source.addEventListener("cancelled", () => { say("cancelled"); running(false); source.close(); });
-  source.addEventListener("failed", (ev) => { say(`failed: ${JSON.parse(ev.data).error}`); running(false); source.close(); });
+  editor.reset();
+  await runJob("/api/jobs", body, { from: state.jobCut, to: state.jobCut + state.length }, "generating");
 }
 
-async function finished(result) {
-  state.source && state.source.close();
-  running(false);
-  $("bar").style.width = "100%";
-  for (const v of result.variations) {
-    const notes = await api(`/api/jobs/${result.id}/${v.index}/notes`);
-    state.variations[v.index] = { notes, seconds: v.seconds };
-  }
-  state.job = { id: result.id };
-  showTabs(); selectVariation(state.variation);
-  say(`${result.variations.length} variation${result.variations.length > 1 ? "s" : ""}, ` +
-      `${result.tokens_per_s.toFixed(0)} tokens/s`);
-  loadHistory();
-}
-
-async function cancel() {
+async function cancel() {   // the job's `cancelled` event ends it on the page
   if (!state.job) return;
-  await api(`/api/jobs/${state.job.id}`, { method: "DELETE" }).catch(() => {});
-  state.source && state.source.close();
-  running(false); say("cancelled");
+  say("cancelling…");
+  await api(`/api/jobs/${state.job.id}`, { method: "DELETE" }).catch((e) => say(e.message));
 }
 
 function running(on) {
+  state.busy = on;
   $("generate").hidden = on; $("cancel").hidden = !on;
   $("generate").disabled = on;
-}
-
-function resetResult() {
-  const a = $("audio"); a.pause(); a.removeAttribute("src"); a.load();
-  ["dl-midi", "dl-wav", "continue", "score-toggle"].forEach((id) => $(id).hidden = true);
-  $("play").disabled = true; $("score").hidden = true; $("score").innerHTML = "";
-  $("bar").style.width = "0"; $("tabs").innerHTML = ""; redraw();
-}
-
-function showTabs() {
-  const n = state.variations.filter(Boolean).length;
-  $("tabs").innerHTML = n > 1 ? state.variations.map((_, i) =>
-    `<div class="tab${i === state.variation ? " on" : ""}" data-i="${i}">variation ${i + 1}</div>`).join("") : "";
-  $("tabs").querySelectorAll(".tab").forEach((t) => t.onclick = () => selectVariation(+t.dataset.i));
-}
-
-function selectVariation(i) {
-  state.variation = i;
-  showTabs();
-  if (state.job && state.job.id && state.variations[i] && state.variations[i].seconds !== undefined) {
-    const base = `/api/jobs/${state.job.id}/${i}`;
-    const a = $("audio"); a.pause(); a.src = `${base}/wav`;
-    $("dl-midi").href = `${base}/midi`; $("dl-wav").href = `${base}/wav`;
-    ["dl-midi", "dl-wav", "continue", "score-toggle"].forEach((id) => $(id).hidden = false);
-    $("play").disabled = false;
-    if (!$("score").hidden) loadScore();
-  }
-  redraw();
-}
-
-// ---- listening --------------------------------------------------------------------------------
-function togglePlay() {
-  const a = $("audio");
-  if (!a.src) return;
-  if (a.paused) { a.play(); tick(); } else { a.pause(); }
-}
-function tick() {
-  const a = $("audio");
-  $("clock").textContent = `${fmt(a.currentTime)} / ${fmt(a.duration || 0)}`;
-  $("play").innerHTML = a.paused ? "&#9654;" : "&#10074;&#10074;";
-  redraw();
-  if (!a.paused) requestAnimationFrame(tick);
-}
-function stop() { const a = $("audio"); if (!a.paused) a.pause(); }
-
-async function loadScore() {
-  $("score").hidden = false;
-  $("score").innerHTML = "<p class='dim'>engraving…</p>";
-  try {
-    $("score").innerHTML = await api(`/api/jobs/${state.job.id}/${state.variation}/score`);
-  } catch (e) { $("score").innerHTML = `<p class="dim">${e.message}</p>`; }
+  editor.refresh(); melody.refresh();
 }
 
 // ---- primers: a dropped file, or "continue this" ----------------------------------------------------
+function drawPrimer() {
+  const c = $("primer-roll");
+  if (!state.primer) { c.hidden = true; $("primer-info").hidden = true; $("drop-text").hidden = false; return; }
+  c.hidden = false; $("primer-info").hidden = false; $("drop-text").hidden = true;
+  drawRoll(c, state.primer.notes, { seconds: state.primer.seconds, cut: state.primer.cut });
+  $("cut-time").textContent = state.primer.cut.toFixed(1);
+}
+
+// A dropped file: the primer of the next generation, the piece on stage (to fill a span of) and the
+// melody to accompany.
 async function upload(file) {
-  const form = new FormData();
-  form.append("file", file);
   say(`reading ${file.name}…`);
-  try {
-    const info = await api("/api/uploads", { method: "POST", body: form });
-    state.primer = { upload: info.id, notes: info.notes, seconds: info.seconds, cut: info.seconds, name: info.name };
-    drawPrimer(); say(`${info.name}: ${info.notes.length} notes, ${info.seconds.toFixed(1)} s — generate to continue it`);
-  } catch (e) { say(`${e.message}`); }
+  let info;
+  try { info = await uploadFile(file); } catch (e) { say(e.message); return; }
+  state.primer = { upload: info.id, notes: info.notes, seconds: info.seconds, cut: info.seconds, name: info.name };
+  drawPrimer();
+  editor.reset();
+  stage.show({ upload: info.id, notes: info.notes, seconds: info.seconds, name: info.name });
+  melody.fromUpload(info);
+  say(`${info.name}: ${info.notes.length} notes, ${info.seconds.toFixed(1)} s — generate to continue it, ` +
+      "select a span to fill, or accompany its melody");
 }
 
 function continueThis() {
@@ -262,34 +157,34 @@ function continueThis() {
 }
 
 function dragCut(ev) {
-  const c = $("primer-roll");
-  if (!state.primer || !c._x) return;
-  const rect = c.getBoundingClientRect();
-  const t = ((ev.clientX - rect.left - 36) / (rect.width - 44)) * c._end;
-  state.primer.cut = Math.max(0.5, Math.min(state.primer.seconds, t));
+  if (!state.primer) return;
+  state.primer.cut = Math.max(0.5, Math.min(state.primer.seconds, timeAt($("primer-roll"), ev)));
   drawPrimer();
 }
 
 // ---- history ------------------------------------------------------------------------------------
+const TASK = { continue: "· continued", infill: "· a span filled", accompany: "· accompanied" };
+
 async function loadHistory() {
   const past = await api("/api/history");
   $("history").innerHTML = past.map((j) => {
     const when = new Date(j.created * 1000).toLocaleTimeString();
     const style = j.settings.style || "no style";
     const secs = j.variations.map((v) => (v.seconds || 0).toFixed(0)).join(", ");
-    return `<li data-id="${j.id}"><b>${style}</b> ${j.primer ? "· continued" : ""}<span>${when} · ${j.model} · ${secs} s · seed ${j.settings.seed}</span></li>`;
+    const task = j.primer ? TASK[j.primer.task || "continue"] || "" : "";
+    return `<li data-id="${j.id}"><b>${style}</b> ${task}<span>${when} · ${j.model} · ${secs} s · seed ${j.settings.seed}</span></li>`;
   }).join("");
-  $("history").querySelectorAll("li").forEach((li) => li.onclick = () => openPast(past.find((j) => j.id === li.dataset.id)));
+  $("history").querySelectorAll("li").forEach((li) => { li.onclick = () => openPast(past.find((j) => j.id === li.dataset.id)); });
 }
 
 async function openPast(j) {
-  stop(); resetResult();
-  state.job = { id: j.id }; state.variations = []; state.length = j.settings.seconds || 12;
-  state.jobCut = j.primer ? (j.primer.seconds || j.primer.end || 0) : 0;
-  for (const v of j.variations) {
-    state.variations[v.index] = { notes: await api(`/api/jobs/${j.id}/${v.index}/notes`), seconds: v.seconds };
-  }
-  selectVariation(0);
+  if (state.busy) return;
+  player.stop(); editor.reset();
+  const p = j.primer || {};
+  state.length = j.settings.seconds || 12;
+  state.jobCut = (p.task || "continue") === "continue" && j.primer ? (p.seconds || p.end || 0) : 0;
+  stage.start({ id: j.id }, { from: state.jobCut, to: p.task && p.task !== "continue" ? p.end || 0 : state.jobCut + state.length });
+  await stage.finished(j);
   say(`from the history: ${j.settings.style || "no style"}, seed ${j.settings.seed}`);
 }
 
@@ -303,10 +198,8 @@ function wire() {
   $("dice").onclick = () => { $("seed").value = Math.floor(Math.random() * 100000); };
   $("generate").onclick = generate;
   $("cancel").onclick = cancel;
-  $("play").onclick = togglePlay;
-  $("audio").onended = tick; $("audio").onpause = tick;
   $("continue").onclick = continueThis;
-  $("score-toggle").onclick = () => ($("score").hidden ? loadScore() : ($("score").hidden = true));
+  $("score-toggle").onclick = () => ($("score").hidden ? stage.score() : ($("score").hidden = true));
   $("clear-primer").onclick = (e) => { e.stopPropagation(); state.primer = null; drawPrimer(); };
   const drop = $("drop");
   drop.onclick = (e) => { if (e.target === drop || e.target.id === "drop-text") $("file").click(); };
@@ -319,13 +212,14 @@ function wire() {
   window.addEventListener("pointermove", (e) => dragging && dragCut(e));
   window.addEventListener("pointerup", () => { dragging = false; });
   window.addEventListener("keydown", (e) => {
-    if (e.code === "Space" && !["INPUT", "SELECT"].includes(document.activeElement.tagName)) { e.preventDefault(); togglePlay(); }
+    if (e.code === "Space" && !["INPUT", "SELECT"].includes(document.activeElement.tagName)) { e.preventDefault(); player.toggle(); }
   });
-  window.addEventListener("resize", () => { redraw(); drawPrimer(); });
+  window.addEventListener("resize", () => { stage.redraw(); drawPrimer(); });
 }
 
 wire();
-redraw();
+stage.redraw();
+editor.refresh(); melody.refresh();
 loadModels().catch((e) => say(`could not load models: ${e.message}`));
 loadHistory().catch(() => {});
 watchSpeed();
