@@ -1,4 +1,5 @@
-"""What the studio's tests do as a client: read a job's events, hold jobs back, serve an app on a port."""
+"""What the studio's tests do as a client: read a job's events, hold jobs back, serve an app on a port,
+compare the notes of MIDI files."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import threading
 from collections.abc import Iterator
 
 from conftest import wait_until
+
+from cadenza.data.midi import read_notes
 
 
 def events(client, job_id: str, stop_after: str | None = None) -> list[dict]:
@@ -53,3 +56,14 @@ def serving(app) -> Iterator[str]:
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
+
+
+def midi_rows(raw: bytes) -> list[tuple[float, float, int]]:
+    """(start, end, pitch) per note of a MIDI file's bytes, in seconds."""
+    notes, _ = read_notes(raw, programs=True)
+    return [(float(a), float(b), int(p)) for a, b, p in zip(notes.start, notes.end, notes.pitch)]
+
+
+def keyed(rows) -> set:
+    """Notes as (start, end, pitch), to the MIDI file's tick (1/960 s at 120 bpm and 480 per quarter)."""
+    return {(round(float(s) * 480), round(float(e) * 480), int(p)) for s, e, p, *_ in rows}

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import wait_until
 from fastapi.testclient import TestClient
-from studio_client import blocking, events
+from studio_client import blocking, events, keyed, midi_rows
 
-from cadenza.data.midi import Notes, read_notes, write_midi
+from cadenza.data.midi import Notes, write_midi
 from cadenza.studio.app import Limits, create_app
 
 MODEL = "run:notes"  # the note vocabulary: it can infill and accompany
@@ -50,13 +50,7 @@ def run(client, path: str, **body) -> tuple[dict, list[dict]]:
 def downloaded(client, job_id: str, variation: int) -> set:
     r = client.get(f"/api/jobs/{job_id}/{variation}/midi")
     assert r.status_code == 200
-    notes, _ = read_notes(r.content, programs=True)
-    return keyed(zip(notes.start, notes.end, notes.pitch))
-
-
-def keyed(rows) -> set:
-    """Notes as (start, end, pitch), to the MIDI file's tick (1/960 s at 120 bpm and 480 per quarter)."""
-    return {(round(float(s) * 480), round(float(e) * 480), int(p)) for s, e, p, *_ in rows}
+    return keyed(midi_rows(r.content))
 
 
 def test_a_span_of_an_upload_is_filled_and_every_other_note_kept(client, upload):
