@@ -203,7 +203,10 @@ function wire() {
   $("clear-primer").onclick = (e) => { e.stopPropagation(); state.primer = null; drawPrimer(); };
   const drop = $("drop");
   drop.onclick = (e) => { if (e.target === drop || e.target.id === "drop-text") $("file").click(); };
-  $("file").onchange = () => $("file").files[0] && upload($("file").files[0]);
+  $("file").onchange = () => {
+    if ($("file").files[0]) upload($("file").files[0]);
+    $("file").value = "";   // so that choosing the same file again reads it again
+  };
   drop.ondragover = (e) => { e.preventDefault(); drop.classList.add("over"); };
   drop.ondragleave = () => drop.classList.remove("over");
   drop.ondrop = (e) => { e.preventDefault(); drop.classList.remove("over"); e.dataTransfer.files[0] && upload(e.dataTransfer.files[0]); };
