@@ -123,3 +123,29 @@ def test_the_command_line_infills_and_accompanies(notes_run, chorale, tmp_path):
     for folder in ("fill", "acc"):
         notes, _ = read_notes(tmp_path / folder / "sample-000.mid")
         assert len(notes) > 0
+
+
+def test_fine_tuning_may_change_the_anticipation_but_not_the_ids(notes_run, tmp_path):
+    from cadenza.data.tokenizers import tokenizer_from_dict
+    from cadenza.data.tokenizers.notes import NoteTokenizer
+    from cadenza.training.config import resolve
+
+    rng = np.random.default_rng(5)
+    (tmp_path / "in" / "jig").mkdir(parents=True)
+    for i in range(4):
+        write_score(random_piece(rng, 60), tmp_path / "in" / "jig" / f"{i}.mid")
+    cfg = resolve("tiny", overrides=["max_steps=1", "batch_size=2", "eval_every=1", "eval_windows=1",
+                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
+    cfg.train.init = str(notes_run)
+    before = tokenizer_from_dict(ckpt.read_meta(ckpt.latest_checkpoint(notes_run))["tokenizer"])
+    store = cadenza.prepare(tmp_path / "in", tmp_path / "later", styles_from_folders=True, workers=1,
+                            progress=False, tokenizer=NoteTokenizer(anticipation=before.anticipation + 1),
+                            valid_fraction=0.25, test_fraction=0.0).store
+    tuned = cadenza.train(cfg, store.path, tmp_path / "tuned", progress=False)
+    tok = tokenizer_from_dict(ckpt.read_meta(ckpt.latest_checkpoint(tuned.run_dir))["tokenizer"])
+    assert tok.anticipation == before.anticipation + 1  # the windows now place controls 1 s earlier
+    assert tok.styles == before.styles  # the model's style ids are kept
+    other = cadenza.prepare(tmp_path / "in", tmp_path / "other", workers=1, progress=False,
+                            valid_fraction=0.25, test_fraction=0.0).store  # the 388-event vocabulary
+    with pytest.raises(ValueError, match="tokenized differently"):
+        cadenza.train(cfg, other.path, tmp_path / "refused", progress=False)

@@ -3,8 +3,9 @@
 One model learns three tasks from one vocabulary (`cadenza.data.tokenizers.notes`):
 
 * **autoregress**: the notes in order, no controls (continuing music from the left);
-* **infill**: the notes of a random time span, or of everything after a random time, are given as
-  controls, so the model learns to write music that leads into what it knows comes next;
+* **infill**: the notes of random time spans, or of everything after a random time, are given as
+  controls (within what the window's tokens reach), so the model learns to write music that leads
+  into what it knows comes next;
 * **accompany**: the melody (`melody`) is given as controls and the model writes the other voices.
 
 The same notes make what a generation asks for (`infill_request`, `accompany_request`).
@@ -82,19 +83,35 @@ def top_line(g: GridNotes) -> np.ndarray:
     return keep
 
 
-def choose_controls(g: GridNotes, task: str, rng: np.random.Generator) -> np.ndarray | None:
-    """The mask of notes a training window gives as controls for `task` (None: no controls)."""
+def choose_controls(g: GridNotes, task: str, rng: np.random.Generator, horizon: int | None = None) -> np.ndarray | None:
+    """The mask of notes a training window gives as controls for `task` (None: no controls).
+    An infill's given notes are drawn before `horizon` (steps; the last onset the window's tokens
+    reach), so that the model sees them: everything from a time on, as an infill's suffix is, or
+    spans of 2-10 s after every 1-8 s of music to write."""
     if task == "autoregress" or len(g) < 2:
         return None
     if task == "accompany":
         given = melody(g)
         if 0 < given.sum() <= 0.8 * len(g):  # a melody with voices to write under it
             return given
-    end = int(g.onset[-1])  # infill, and an accompaniment of a piece that is all melody
-    start = int(rng.integers(0, end + 1))
-    stop = end + 1 if rng.random() < 0.5 else start + int(rng.integers(200, 1000))  # the rest, or 2-10 s
-    given = (g.onset >= start) & (g.onset < stop)
+    end = int(g.onset[-1]) if horizon is None else min(int(g.onset[-1]), horizon)
+    if rng.random() < 0.5:  # infill, and an accompaniment of a piece that is all melody
+        given = g.onset >= int(rng.integers(0, end + 1))
+    else:
+        given = np.zeros(len(g), bool)
+        t = int(rng.integers(0, 800))
+        while t <= g.onset[-1]:
+            length = int(rng.integers(200, 1000))
+            given |= (g.onset >= t) & (g.onset < t + length)
+            t += length + int(rng.integers(100, 800))
     return given if given.any() else None
+
+
+def horizon(tok, g: GridNotes, tokens: int) -> int:
+    """The onset (steps) of the last note of `g` whose plain encoding fits in `tokens` ids."""
+    ids = tok.encode_grid(g)
+    seen = int(np.count_nonzero((ids[:tokens] >= tok.note_offset) & (ids[:tokens] < tok.control_offset)))
+    return int(g.onset[max(seen - 1, 0)]) if len(g) else 0
 
 
 def training_windows(store, split: str, context: int, tokenizer, tasks: TaskMix | None = None,
@@ -134,7 +151,8 @@ class AnticipationWindows(WindowDataset):
         window = g.take(slice(first, first + need))  # a note takes 2 tokens or more: enough
         window = self._augment(window.shifted(-int(window.onset[0])) if len(window) else window, rng)
         task = TASKS[int(rng.choice(len(TASKS), p=self.p))]
-        given = choose_controls(window, task, rng)
+        reach = horizon(self.tok, window, need) if task != "autoregress" else None
+        given = choose_controls(window, task, rng, reach)
         ids = self.sequence(window, given, at_start=first == 0, at_end=first + len(window) == len(g))
         if rng.random() < CROPPED and ids.size > need:
             ids = np.concatenate([ids[:1], ids[1 + int(rng.integers(0, ids.size - need)):]])

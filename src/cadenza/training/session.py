@@ -139,13 +139,14 @@ def _tokenizer(store: TokenStore, cfg: RunConfig, meta: dict | None) -> Tokenize
         return store.tokenizer.with_styles(store.styles)
     init_meta = ckpt.read_meta(init_checkpoint(cfg.train.init))
     base = tokenizer_from_dict(init_meta["tokenizer"])
-    if not base.same_as(store.manifest["tokenizer"]):
+    if not base.same_as(store.manifest["tokenizer"], ids_only=True):
         raise ValueError(f"{store.path} was tokenized differently from {cfg.train.init}'s training data; "
                          "prepare it with the same tokenizer")
     known = tuple(base.styles)
     init_model = ModelConfig(**init_meta["config"]["model"])
     cfg.model = ModelConfig(**{**asdict(init_model), "vocab_size": cfg.model.vocab_size})  # its architecture
-    return base.with_styles(known + tuple(s for s in store.styles if s not in known))
+    # the store's window settings (a new anticipation, say), the model's style ids and then the new ones
+    return store.tokenizer.with_styles(known + tuple(s for s in store.styles if s not in known))
 
 
 def _wrap(s: Session) -> None:

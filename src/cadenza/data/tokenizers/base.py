@@ -131,6 +131,7 @@ class Tokenizer(ABC):
 
     anticipates: ClassVar[bool] = False  # knows controls: trains on anticipatory windows, infills, accompanies
     note_lengths_at_onset: ClassVar[bool] = False  # a note's length is written where it starts: none to forget
+    window_params: ClassVar[tuple[str, ...]] = ()  # params that shape training windows, never a stored piece
 
     def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
         """The tokens every window starts with, and a window past the context keeps: the style
@@ -227,8 +228,13 @@ class Tokenizer(ABC):
         write_json(path, self.to_dict())
         return Path(path)
 
-    def same_as(self, other_config: dict[str, Any]) -> bool:
-        return other_config.get("name") == self.name and other_config.get("params") == self.params()
+    def same_as(self, other_config: dict[str, Any], ids_only: bool = False) -> bool:
+        """Whether `other_config` (a `to_dict`) is this tokenizer; with `ids_only`, whether it writes
+        the same ids for every stored piece (its `window_params` may differ)."""
+        skip = set(self.window_params) if ids_only else set()
+        mine = {k: v for k, v in self.params().items() if k not in skip}
+        theirs = {k: v for k, v in (other_config.get("params") or {}).items() if k not in skip}
+        return other_config.get("name") == self.name and mine == theirs
 
     def check_ids(self, ids) -> np.ndarray:
         arr = np.asarray(ids)
@@ -358,6 +364,7 @@ class Styled(Tokenizer):
     pitch_bounds = property(lambda self: self.base.pitch_bounds)
     anticipates = property(lambda self: self.base.anticipates)
     note_lengths_at_onset = property(lambda self: self.base.note_lengths_at_onset)
+    window_params = property(lambda self: self.base.window_params)
 
     # ---- config ----------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
