@@ -3,10 +3,13 @@
 schema does not describe (a status, a body, a content type, an Allow header).
 
 The schema cannot say everything; where it cannot, the run is told, per operation, and why (the
-same words are in docs/studio.md): the bytes of an upload must be a MIDI file with notes (400), and
-a few rules join two fields (a note's end after its start, one melody source): a 422. The job read
+same words are in docs/studio.md): the bytes of an upload must be a MIDI file with notes (400), a
+few rules join two fields (a note's end after its start, one melody source): a 422, and music that
+cannot be engraved has no score (a 422). `DELETE /api/jobs/{id}` cancels a job, whose record and
+files stay readable, so the check that a deleted resource is gone does not apply. The job read
 operations are given a real finished job, so their answers are checked too. A fixed seed and a
-bounded number of cases keep the run reproducible and under a minute.
+bounded number of cases keep the run reproducible and under a minute; speed is bench_serve's to
+measure, so a response may take up to a minute here.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ if shutil.which("st", path=str(Path(sys.executable).parent)) is None and not os.
 CASES = 25  # per operation and phase
 
 CONFIG = """
+[checks]
+max_response_time = 60  # `--checks all` allows 10 s a response: a score engraved on a busy machine takes more
+
+[checks.use_after_free]
+enabled = false
+
 [[operations]]
 include-name = "POST /api/uploads"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409", "429"]
@@ -39,6 +48,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "409", "422",
 include-path-regex = "^/api/jobs/[{]job_id[}]"
 include-method = "GET"
 parameters = { job_id = "JOB", variation = 0 }
+
+[[operations]]
+include-name = "GET /api/jobs/{job_id}/{variation}/score"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "422"]
 """
 
 
@@ -47,7 +60,7 @@ def test_the_api_answers_only_as_its_schema_says(studio_runs, tmp_path):
 
     app = create_app(tmp_path / "data", studio_runs, Limits(max_running=1))
     with serving(app) as url:
-        job = httpx.post(f"{url}/api/jobs", json={"model": "run:tiny", "settings": {"seconds": 2}}).json()
+        job = httpx.post(f"{url}/api/jobs", json={"model": "run:tiny", "settings": {"seconds": 2, "seed": 0}}).json()
         with httpx.stream("GET", f"{url}/api/jobs/{job['id']}/events", timeout=60) as events:
             assert any(line.startswith("event: done") for line in events.iter_lines())
         (tmp_path / "schemathesis.toml").write_text(CONFIG.replace("JOB", job["id"]))

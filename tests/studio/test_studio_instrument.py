@@ -15,7 +15,6 @@ import json
 from itertools import pairwise
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from studio_client import keyed, midi_rows, serving
@@ -102,11 +101,16 @@ def download(page) -> list[tuple[float, float, int]]:
     return midi_rows(Path(d.value.path()).read_bytes())
 
 
+def get(page, path: str):
+    """The JSON at `path` of the page's server, fetched by the page (as the page's own requests go)."""
+    return page.evaluate("async (path) => (await fetch(path)).json()", path)
+
+
 def outside(rows, span) -> set:
     return keyed(r for r in rows if not span[0] <= r[0] < span[1])
 
 
-def test_a_span_is_filled_kept_filled_again_and_undone(open_page, server, tmp_path):
+def test_a_span_is_filled_kept_filled_again_and_undone(open_page, tmp_path):
     page, errors = open_page()
     s, e, p, v = map(np.array, zip(*CHORALE))
     piece = write_midi(Notes.from_arrays(s, e, p, v), tmp_path / "chorale.mid")
@@ -131,7 +135,7 @@ def test_a_span_is_filled_kept_filled_again_and_undone(open_page, server, tmp_pa
     again = drag_span(page, 5.0, 6.5)
     second = run_job(page, "[data-testid=regenerate]")
     assert outside(download(page), again) == outside(kept, again)  # the kept variation was edited
-    assert httpx.get(f"{server}/api/jobs/{second}").json()["result"]["primer"]["name"] == f"job {first}"
+    assert get(page, f"/api/jobs/{second}")["result"]["primer"]["name"] == f"job {first}"
 
     page.click("[data-testid=undo]")  # back to the kept variation
     assert page.evaluate("[window.studio.job.id, window.studio.variation]") == [first, 1]
@@ -169,7 +173,7 @@ def test_a_melody_from_a_midi_keyboard_is_accompanied_and_played(open_page, tmp_
     assert errors == [], errors
 
 
-def test_a_melody_from_the_screen_and_the_computer_keys_and_a_top_line(open_page, server, tmp_path):
+def test_a_melody_from_the_screen_and_the_computer_keys_and_a_top_line(open_page, tmp_path):
     page, errors = open_page()
     page.uncheck("[data-testid=metronome]")
     page.click("[data-testid=octave-up]")
@@ -192,7 +196,7 @@ def test_a_melody_from_the_screen_and_the_computer_keys_and_a_top_line(open_page
     run_job(page, "[data-testid=accompany]")
     given = page.evaluate("window.studio.variations[0].notes.filter((n, i) => !window.studio.variations[0].new[i])")
     assert given and {n[2] for n in given} <= {r[2] for r in result}  # its melody came from that result
-    assert httpx.get(f"{server}/api/history").json()[0]["primer"]["name"] == f"top line of job {first}"
+    assert get(page, "/api/history")[0]["primer"]["name"] == f"top line of job {first}"
 
     page.click("[data-testid=record]")  # the computer's keys: Z and X shift an octave
     for key in ("z", "a", "d", "x", "a"):
