@@ -5,6 +5,8 @@ The public API is one function per command-line verb::
     cadenza.prepare(corpus="bach", out="data/bach")          # cadenza prepare
     cadenza.train(cfg, "data/bach", "runs/bach")              # cadenza train
     cadenza.generate("runs/bach", seconds=30, num_samples=4)  # cadenza generate
+    cadenza.infill("song.mid", 8, 16, num_samples=4)          # cadenza generate --infill 8:16
+    cadenza.accompany("tune.mid", style="bach")               # cadenza generate --accompany
     cadenza.render("sample.mid")                              # cadenza render
     cadenza.evaluate("runs/bach", "data/bach")                # cadenza evaluate
     cadenza.benchmark("polyphonic", "JSB_Chorales.mat", "runs/jsb")  # cadenza bench
@@ -21,7 +23,7 @@ __version__ = "0.1.0"
 # CLI) starts fast
 _LAZY = {name: module for module, names in (
     ("cadenza.data.prepare", "prepare"), ("cadenza.data.corpora", "list_corpora"),
-    ("cadenza.training.trainer", "train"), ("cadenza.generation.generate", "generate"),
+    ("cadenza.training.trainer", "train"), ("cadenza.generation.generate", "generate infill accompany"),
     ("cadenza.generation.config", "SamplingConfig"), ("cadenza.listen.render", "render"),
     ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
     ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),

@@ -149,3 +149,13 @@ def test_fine_tuning_may_change_the_anticipation_but_not_the_ids(notes_run, tmp_
                             valid_fraction=0.25, test_fraction=0.0).store  # the 388-event vocabulary
     with pytest.raises(ValueError, match="tokenized differently"):
         cadenza.train(cfg, other.path, tmp_path / "refused", progress=False)
+
+
+def test_infill_and_accompany_are_generate_with_those_settings(notes_run, chorale):
+    same = {"style": "chorale", "seed": 3, "max_tokens": 120}
+    a = cadenza.infill(chorale, 4, 8, checkpoint=notes_run, **same)
+    b = cadenza.generate(notes_run, primer=str(chorale), infill="4:8", **same)
+    assert _keyed(a.notes[0]) == _keyed(b.notes[0])
+    a = cadenza.accompany(chorale, checkpoint=notes_run, **same)
+    b = cadenza.generate(notes_run, accompany=str(chorale), **same)
+    assert _keyed(a.notes[0]) == _keyed(b.notes[0])

@@ -146,6 +146,21 @@ def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig
     return result
 
 
+def infill(midi: str | os.PathLike, start: float, end: float, checkpoint: str | os.PathLike | None = None,
+           **settings: Any) -> Generation:
+    """Rewrite the notes of the MIDI file `midi` that start in [start, end) seconds; every other
+    note comes back exactly. `generate` with ``primer=midi, infill="START:END"``: the keywords are
+    the same (style, guidance, temperature, seed, num_samples for variations, out, ...)."""
+    return generate(checkpoint, primer=str(midi), infill=f"{start!r}:{end!r}", **settings)
+
+
+def accompany(melody: str | os.PathLike, checkpoint: str | os.PathLike | None = None, **settings: Any) -> Generation:
+    """Write voices under the melody of the MIDI file `melody` (its lead instrument where the
+    instruments differ, else its top line), which comes back note for note. `generate` with
+    ``accompany=melody``: the keywords are the same."""
+    return generate(checkpoint, accompany=str(melody), **settings)
+
+
 # Batch sizes at which the CPU's compiled decode step outdecodes eager decoding on a GPU: what
 # benchmarks/gpu_check.py measures ("generate.faster": the faster device per batch size). Empty until
 # a GPU has run the check, so a CUDA machine decodes on its GPU.
