@@ -109,4 +109,30 @@ def eval_table() -> list[str]:
     return out
 
 
-TABLES = {"styles-data": data_table, "styles-training": training_table, "styles-eval": eval_table}
+def anticipation_table() -> list[str]:
+    path = ROOT / "benchmarks" / "results" / "anticipation" / "anticipation.json"
+    if (r := _read(path)) is None:
+        return _missing("benchmarks/results/anticipation/anticipation.json")
+    out = ["| style | real p99.9 duration | notes longer, old | notes longer, new | closed by the cap, old | "
+           "nats per note, old | nats per note, new |", "|---|---:|---:|---:|---:|---:|---:|"]
+    like = r.get("likelihood", {})
+    for style, d in r.get("durations", {}).items():
+        nats = [f"{like[m]['per_style'].get(style, float('nan')):.2f}" if m in like else "-" for m in ("old", "new")]
+        out.append(f"| {style} | {d['real_p999_seconds']:.2f} s | {d['old']['longer_than_real_p999']:.1%} | "
+                   f"{d['new']['longer_than_real_p999']:.1%} | {d['old']['closed_by_cap']:.1%} | {' | '.join(nats)} |")
+    if like:
+        out.append(f"| **all** | | | | | **{like['old']['nats_per_note']:.3f}** | **{like['new']['nats_per_note']:.3f}** |")
+    out += ["", _source(r, path), ""]
+    out += [f"* {name.replace('_', ' ')}: {_met(g['met'])} ({_value(g['value'])}; goal: {g['goal']})."
+            for name, g in r.get("goals", {}).items()]
+    return out
+
+
+def _value(v) -> str:
+    if isinstance(v, list):
+        return " vs ".join(_value(x) for x in v)
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+TABLES = {"styles-data": data_table, "styles-training": training_table, "styles-eval": eval_table,
+          "styles-anticipation": anticipation_table}
