@@ -2,7 +2,8 @@
 
 First the shipped style model plays each of its styles (no training; each sample rendered to WAV
 and a piano roll, classified by the model's style classifier, and measured beside the real pieces of
-its style). Then the pipeline on the Bach chorales: prepare the corpus -> train the tiny preset for a
+its style), then continues a held-out chorale, rewrites a span in its middle and harmonises its
+melody. Then the pipeline on the Bach chorales: prepare the corpus -> train the tiny preset for a
 few minutes -> generate four chorales (two free, two continuing held-out openings) -> render ->
 evaluate -> a short table with the paths of everything written.
 """
@@ -55,19 +56,21 @@ def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float
     t0 = time.time()
     out = Path(out)
     data, run, samples = out / "data", out / "run", out / "samples"
-    _say("1/6 listen: the shipped style model plays each of its styles (no training needed)")
+    _say("1/7 listen: the shipped style model plays each of its styles (no training needed)")
     shipped = play_shipped(out / "shipped", seconds, seed)
-    _say("2/6 prepare: the Bach chorales from music21's bundled corpus (no download)")
+    _say("2/7 prepare: the Bach chorales from music21's bundled corpus (no download)")
     store = _bach_store(data)
-    _say(f"3/6 train your own: the tiny Music Transformer on the chorales for {minutes:g} minutes")
+    _say("3/7 play along: the shipped model continues, fills in and harmonises a held-out chorale")
+    shipped += play_with_a_chorale(store, out / "shipped", seed)
+    _say(f"4/7 train your own: the tiny Music Transformer on the chorales for {minutes:g} minutes")
     shutil.rmtree(run, ignore_errors=True)  # a demo always starts from scratch
     cfg = resolve("tiny", None, [f"seed={seed}"], max_minutes=minutes)
     result = train(cfg, data, run, command=f"cadenza demo --out {out} --minutes {minutes:g}")
-    _say("4/6 generate: 2 free chorales and 2 continuations of held-out chorale openings")
+    _say("5/7 generate: 2 free chorales and 2 continuations of held-out chorale openings")
     free, continued = _chorales(run, store, samples, seconds, seed)
-    _say("5/6 render: WAV and piano rolls")
+    _say("6/7 render: WAV and piano rolls")
     rendered = [render_file(p, wav=True, png=True) for p in free + continued]
-    _say("6/6 evaluate")
+    _say("7/7 evaluate")
     print(f"\nvalid NLL {result.valid_loss:.3f} nats/token vs unigram baseline {result.unigram_nll:.3f} "
           f"({result.step} steps, best {result.best_valid_loss:.3f})")
     _report(store, free, continued)
@@ -106,6 +109,37 @@ def play_shipped(out: Path, seconds: float, seed: int) -> list[dict]:
         print(f"| {style:<11} | {heard:<11} | {cells} |")
     print("\n(sounds like: the style classifier's verdict; real: the mean over the style's real pieces)")
     return rendered
+
+
+def play_with_a_chorale(store, out: Path, seed: int) -> list[dict]:
+    """The shipped model with a held-out chorale: continued from its first 8 s, its notes starting
+    in 4-8 s rewritten (the rest kept exactly), its melody harmonised. -> rendered files."""
+    if DEFAULT not in [m["name"] for m in list_models()] or not store.split("test"):
+        print("no shipped model or no held-out chorale: skipping")
+        return []
+    chorale = store.split("test")[0].source
+    guidance = json.loads((resolve_model(DEFAULT) / "classifier.json").read_text()).get("guidance", 2.0)
+    asks = {"continued": {"primer": chorale, "primer_seconds": 8.0, "seconds": 16.0, "stop_at_eos": False},
+            "infilled": {"primer": chorale, "infill": "4:8"}, "harmonised": {"accompany": chorale}}
+    original = read_notes(chorale, programs=True)[0]
+    rendered = []
+    for name, ask in asks.items():
+        g = generate(DEFAULT, style="bach", guidance=guidance, seed=seed, out=out / name, **ask)
+        path = g.paths[0].rename(out / f"chorale-{name}.mid")
+        rendered.append(render_file(path, wav=True, png=True))
+        print(f"  {name:<10} {_what_changed(name, original, g.notes[0])}")
+    return rendered
+
+
+def _what_changed(name: str, original, notes) -> str:
+    """One line on what the model kept of the chorale and what it wrote."""
+    given = {(round(s, 3), int(p)) for s, p in zip(original.start, original.pitch)}
+    kept = sum((round(s, 3), int(p)) in given for s, p in zip(notes.start, notes.pitch))
+    if name == "continued":
+        return f"{len(notes)} notes: the first 8 s of the chorale, then the model's"
+    if name == "infilled":
+        return f"{kept} notes outside 4-8 s kept exactly, {len(notes) - kept} new notes inside it"
+    return f"the melody's {kept} notes kept, {len(notes) - kept} notes written under it"
 
 
 def _bach_store(data: Path):
