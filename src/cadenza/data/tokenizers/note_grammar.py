@@ -32,6 +32,8 @@ RECENT = 512  # the releases of the last RECENT events count towards the polypho
 
 
 class NoteGrammar(SpecialsOnly):
+    # Both halves run at every sampled token, where each operator's fixed cost is what shows: what a
+    # token does to the state, and the mask of each (phase, room, placed) state, are table rows.
     def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True,
                  max_note_seconds: float | None = None, plan: Plan | None = None):
         super().__init__(tok, batch, device, allow_eos)
@@ -46,29 +48,71 @@ class NoteGrammar(SpecialsOnly):
         self.pending = z.clone()  # the instrument an INSTRUMENT token names, for the note it opens
         self.voice = z.clone()  # instrument * 128 + pitch of the note just named
         self.release = torch.full((batch, VOICES), -NEVER, dtype=torch.long, device=device)  # of events
+        self.by_program = self.release.view(batch, NUM_INSTRUMENTS, NUM_PITCHES)  # the same memory
+        self.rows = torch.arange(batch, device=device)
         self.recent = torch.full((batch, RECENT), -NEVER, dtype=torch.long, device=device)  # a ring of releases
         self.events = z.clone()
         self.next_control = z.clone()  # index into the controls still to place
         self.forced_at = z - 1  # position in the forced tokens; -1: not forcing
         self._tables(tok, device)
         self._controls(tok, device)
+        self.gates = self._gates(tok).to(device)
+        self.gates_placed = self.gates[8:]  # every control placed: the only rows without controls to place
 
     def _tables(self, tok, device) -> None:
-        """Per token id: its kind and value, so observing a token is a few lookups."""
-        ids = torch.arange(tok.vocab_size, device=device)
-        self.is_shift = ids < tok.note_offset
-        self.is_note = (ids >= tok.note_offset) & (ids < tok.control_offset)
-        self.is_control = (ids >= tok.control_offset) & (ids < tok.duration_offset)
-        self.is_duration = (ids >= tok.duration_offset) & (ids < tok.velocity_offset)
-        self.is_velocity = (ids >= tok.velocity_offset) & (ids < tok.instrument_offset)
-        self.is_instrument = (ids >= tok.instrument_offset) & (ids < tok.pad_id)
+        """Per (phase, token id), flattened: what observing the token does to the state, so a step
+        is two row lookups and a few selects."""
+        ids = torch.arange(tok.vocab_size)
+        is_shift = ids < tok.note_offset
+        is_note = (ids >= tok.note_offset) & (ids < tok.control_offset)
+        is_control = (ids >= tok.control_offset) & (ids < tok.duration_offset)
+        is_duration = (ids >= tok.duration_offset) & (ids < tok.velocity_offset)
+        is_velocity = (ids >= tok.velocity_offset) & (ids < tok.instrument_offset)
+        is_instrument = (ids >= tok.instrument_offset) & (ids < tok.pad_id)
         self.durations = torch.as_tensor(DURATIONS, device=device)
-        value = torch.where(self.is_shift, ids + 1, 0)
-        value = torch.where(self.is_note | self.is_control, (ids - tok.note_offset) % NUM_PITCHES, value)
-        value = torch.where(self.is_duration, self.durations[(ids - tok.duration_offset).clamp(0, DURATIONS.size - 1)],
-                            value)
-        self.value = torch.where(self.is_instrument, ids - tok.instrument_offset, value)
+        lengths = torch.as_tensor(DURATIONS)
+        value = torch.where(is_shift, ids + 1, 0)
+        value = torch.where(is_note | is_control, (ids - tok.note_offset) % NUM_PITCHES, value)
+        value = torch.where(is_duration, lengths[(ids - tok.duration_offset).clamp(0, DURATIONS.size - 1)], value)
+        value = torch.where(is_instrument, ids - tok.instrument_offset, value)
+        phase = torch.arange(4)[:, None]  # the phase before the token
+        after = torch.where(is_velocity, AFTER_VELOCITY, phase)  # kinds are disjoint: order does not matter
+        after = torch.where(is_instrument, AFTER_INSTRUMENT, after)
+        after = torch.where(is_note | is_control, AFTER_NOTE, after)
+        after = torch.where(is_duration | is_shift, FREE, after)
+        row = torch.zeros(4, 1, dtype=torch.bool)
+        # the phase after, the clock's advance, the value
+        self.moves = torch.stack([after, (torch.where(is_shift, value, 0) + row).long(), (value + row).long()],
+                                 -1).flatten(0, 1).to(device)
+        # ANTICIPATE (the clock goes back by the lead), an INSTRUMENT token, a NOTE that takes the
+        # instrument an INSTRUMENT named (an event's; a control's does not), a NOTE, an event's
+        # DURATION after its NOTE, any DURATION
+        self.flags = torch.stack([(ids == tok.anticipate_id) | row, is_instrument | row,
+                                  is_note & (phase == AFTER_INSTRUMENT), is_note | row,
+                                  is_duration & (phase == AFTER_NOTE), is_duration | row], -1).flatten(0, 1).to(device)
         self.shift_steps = torch.arange(1, tok.max_shift_steps + 1, device=device)
+
+    def _gates(self, tok) -> torch.Tensor:
+        """(16, V): the mask of each (every control placed, phase, room for an event) state, placed
+        * 8 + phase * 2 + room, before the per-row parts: the silent pitches, the shifts up to the
+        next control's place, the lengths up to a given note of the voice."""
+        placed, phase, room = (t.flatten() for t in torch.meshgrid(torch.arange(2), torch.arange(4), torch.arange(2),
+                                                                   indexing="ij"))
+        free = phase == FREE
+        room = room.bool() & free
+        named = (phase == AFTER_VELOCITY) | (phase == AFTER_INSTRUMENT)
+        fits = torch.ones(DURATIONS.size, dtype=torch.bool)
+        if self.max_steps is not None:
+            fits = torch.as_tensor(DURATIONS) <= self.max_steps
+            fits[0] = True  # the shortest always fits
+        m = torch.zeros(16, tok.vocab_size, dtype=torch.bool)
+        m[:, :tok.max_shift_steps] = free[:, None]
+        m[:, tok.velocity_offset:tok.pad_id] = room[:, None]  # VELOCITY and INSTRUMENT
+        m[:, tok.instrument_offset:tok.pad_id] |= (phase == AFTER_VELOCITY)[:, None]
+        m[:, tok.note_offset:tok.control_offset] = (room | named)[:, None]
+        m[:, tok.duration_offset:tok.velocity_offset] = (phase == AFTER_NOTE)[:, None] & fits[None]
+        m[:, tok.eos_id] = free & placed.bool()
+        return m & self.base.cpu()
 
     def _controls(self, tok, device) -> None:
         """The forced tokens of the controls not yet in the prompt (flat, without the shifts, which
@@ -98,63 +142,73 @@ class NoteGrammar(SpecialsOnly):
             self._step(ids[:, t])
 
     def _step(self, x: torch.Tensor) -> None:
-        v = self.value[x]
-        shift, note, control = self.is_shift[x], self.is_note[x], self.is_control[x]
-        duration, instrument = self.is_duration[x], self.is_instrument[x]
-        forcing = self.forced_at >= 0  # this token is a forced control's
-        self.clock = torch.where(x == self.tok.anticipate_id, -self.tok.lead, self.clock + torch.where(shift, v, 0))
+        k = torch.add(x, self.phase, alpha=self.tok.vocab_size)
+        after, advance, v = self.moves[k].unbind(1)
+        anticipate, instrument, takes, note, ends, duration = self.flags[k].unbind(1)
+        self.clock = torch.where(anticipate, -self.tok.lead, self.clock + advance)
         self.pending = torch.where(instrument, v, self.pending)
         # an INSTRUMENT before an event's NOTE changes the events' instrument (before a control's, not)
-        self.program = torch.where(note & (self.phase == AFTER_INSTRUMENT), self.pending, self.program)
-        self.voice = torch.where(note, self.program * NUM_PITCHES + v, self.voice)
-        ended = duration & ~forcing & (self.phase == AFTER_NOTE)  # an event's length: its voice's release
-        rows = torch.nonzero(ended).flatten()
+        self.program = torch.where(takes, self.pending, self.program)
+        self.voice = torch.where(note, torch.add(v, self.program, alpha=NUM_PITCHES), self.voice)
+        if self.n_rest:  # controls to place: this token may be a forced control's
+            forcing = self.forced_at >= 0
+            ends = ends & ~forcing
+            placed = duration & forcing
+            self.next_control = self.next_control + placed.long()
+            self.forced_at = torch.where(placed, -1, torch.where(forcing, self.forced_at + 1, self.forced_at))
+        rows = torch.nonzero(ends).flatten()  # an event's length: its voice's release
         if rows.numel():
             self.release[rows, self.voice[rows]] = self.clock[rows] + v[rows]
             self.recent[rows, self.events[rows] % RECENT] = self.clock[rows] + v[rows]
-            self.events = self.events + ended.long()
-        placed = duration & forcing
-        self.next_control = self.next_control + placed.long()
-        self.forced_at = torch.where(placed, -1, torch.where(forcing, self.forced_at + 1, self.forced_at))
-        self.phase = torch.where(self.is_velocity[x], AFTER_VELOCITY, self.phase)
-        self.phase = torch.where(instrument, AFTER_INSTRUMENT, self.phase)
-        self.phase = torch.where(note | control, AFTER_NOTE, self.phase)
-        self.phase = torch.where(duration | shift, FREE, self.phase)
+            self.events = self.events + ends.long()
+        self.phase = after
 
     # ---- masks --------------------------------------------------------------------------------
     def allowed(self) -> torch.Tensor:
-        j = self.next_control.clamp(max=self.n_rest)
-        key = self.f_key[j]
-        due = (self.phase == FREE) & (self.forced_at < 0) & (self.clock >= key)
-        self.forced_at = torch.where(due, self.f_start[j], self.forced_at)
-        sounding = self._sounding()
-        m = torch.zeros(self.batch, self.tok.vocab_size, dtype=torch.bool, device=self.device)
-        self._between_notes(m, key, sounding)
-        self._inside_a_note(m, sounding)
-        m &= self.base
-        forcing = torch.nonzero(self.forced_at >= 0).flatten()
-        if forcing.numel():
-            m[forcing] = False
-            m[forcing, self.forced[self.forced_at[forcing]]] = True
+        if self.n_rest:
+            j = self.next_control.clamp(max=self.n_rest)
+            key = self.f_key[j]
+            due = (self.phase == FREE) & (self.forced_at < 0) & (self.clock >= key)
+            self.forced_at = torch.where(due, self.f_start[j], self.forced_at)
+        silent, count = self._sounding()
+        state = torch.add(self._event_room(count), self.phase, alpha=2)
+        if self.n_rest:
+            m = self.gates[torch.add(state, self.next_control >= self.n_rest, alpha=8)]
+        else:
+            m = self.gates_placed[state]
+        tok = self.tok
+        m.narrow(1, tok.note_offset, NUM_PITCHES).logical_and_(silent)  # narrow: no copy back as `m[...] &=`
+        if self.n_rest:  # shifts up to the next control's place
+            cap = (key - self.clock).clamp(min=0, max=tok.max_shift_steps)
+            m.narrow(1, 0, tok.max_shift_steps).logical_and_(self.shift_steps[None] <= cap[:, None])
+        if self.c_onset.numel():
+            m.narrow(1, tok.duration_offset, DURATIONS.size).logical_and_(self._lengths())
+        if self.n_rest:
+            forcing = torch.nonzero(self.forced_at >= 0).flatten()
+            if forcing.numel():
+                m[forcing] = False
+                m[forcing, self.forced[self.forced_at[forcing]]] = True
         return m
 
-    def _sounding(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sounding(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, 128): the silent pitches of the instrument each row's next note would play, and
-        (B,): how many notes (events and controls) sound at each row's clock."""
+        (B,): how many notes (events and controls) sound at each row's clock (None without a
+        polyphony cap, which alone needs it)."""
         program = torch.where(self.phase == AFTER_INSTRUMENT, self.pending, self.program)
-        index = program[:, None] * NUM_PITCHES + torch.arange(NUM_PITCHES, device=self.device)[None]
-        busy = self.release.gather(1, index) > self.clock[:, None]
-        count = (self.recent > self.clock[:, None]).sum(1)
+        silent = self.by_program[self.rows, program] <= self.clock[:, None]
+        count = (self.recent > self.clock[:, None]).sum(1) if self.max_polyphony is not None else None
         if self.c_onset.numel():
             on = (self.c_onset[None] <= self.clock[:, None]) & (self.c_release[None] > self.clock[:, None])
-            count = count + on.sum(1)
+            if count is not None:
+                count = count + on.sum(1)
             mine = on & (self.c_program[None] == program[:, None])
-            hits = torch.zeros(busy.shape, dtype=torch.int32, device=self.device)
-            busy |= hits.scatter_add_(1, self.c_pitch.expand_as(on), mine.int()) > 0
-        return ~busy, count
+            hits = torch.zeros(silent.shape, dtype=torch.int32, device=self.device)
+            silent &= hits.scatter_add_(1, self.c_pitch.expand_as(on), mine.int()) == 0
+        return silent, count
 
-    def _event_room(self, count: torch.Tensor) -> torch.Tensor:
-        """Rows where an event may start now: inside the plan's span, under the polyphony cap."""
+    def _event_room(self, count: torch.Tensor | None) -> torch.Tensor:
+        """Rows where an event may start now (when the phase allows one): inside the plan's span,
+        under the polyphony cap."""
         ok = self.clock >= max(self.plan.events_from, 0)
         if self.plan.events_until is not None:
             ok &= self.clock < self.plan.events_until
@@ -162,38 +216,12 @@ class NoteGrammar(SpecialsOnly):
             ok &= count < self.max_polyphony
         return ok
 
-    def _between_notes(self, m: torch.Tensor, key: torch.Tensor, sounding) -> None:
-        """Shifts up to the next control's place, a note's first token, EOS."""
-        tok = self.tok
-        free = self.phase == FREE
-        silent, count = sounding
-        room = self._event_room(count) & free
-        cap = (key - self.clock).clamp(min=0, max=tok.max_shift_steps)
-        m[:, :tok.max_shift_steps] = free[:, None] & (self.shift_steps[None] <= cap[:, None])
-        m[:, tok.velocity_offset:tok.pad_id] = room[:, None]  # VELOCITY and INSTRUMENT
-        m[:, tok.note_offset:tok.control_offset] = room[:, None] & silent
-        m[:, tok.eos_id] = free & (self.next_control >= self.n_rest)
-
-    def _inside_a_note(self, m: torch.Tensor, sounding) -> None:
-        """After VELOCITY an INSTRUMENT or the NOTE, after INSTRUMENT the NOTE, after the NOTE its
-        DURATION."""
-        tok = self.tok
-        after_velocity = self.phase == AFTER_VELOCITY
-        named = (after_velocity | (self.phase == AFTER_INSTRUMENT))[:, None]
-        m[:, tok.instrument_offset:tok.pad_id] |= after_velocity[:, None]
-        m[:, tok.note_offset:tok.control_offset] |= named & sounding[0]
-        m[:, tok.duration_offset:tok.velocity_offset] = (self.phase == AFTER_NOTE)[:, None] & self._lengths()
-
     def _lengths(self) -> torch.Tensor:
-        """(B, durations): the lengths the note just named may have."""
-        limit = torch.full_like(self.clock, NEVER)
-        if self.max_steps is not None:
-            limit = limit.clamp(max=self.max_steps)
-        if self.c_onset.numel():  # not into a given note of the same voice
-            later = (self.c_voice[None] == self.voice[:, None]) & (self.c_onset[None] > self.clock[:, None])
-            # amin, not min(1): under load, min over a dim waited on threads for milliseconds
-            gap = torch.where(later, self.c_onset[None] - self.clock[:, None], NEVER).amin(1)
-            limit = torch.minimum(limit, gap)
-        fits = self.durations[None] <= limit[:, None]
+        """(B, durations): the lengths that do not run into a given note of the voice just named
+        (`max_note_seconds` is in the gates)."""
+        later = (self.c_voice[None] == self.voice[:, None]) & (self.c_onset[None] > self.clock[:, None])
+        # amin, not min(1): under load, min over a dim waited on threads for milliseconds
+        gap = torch.where(later, self.c_onset[None] - self.clock[:, None], NEVER).amin(1)
+        fits = self.durations[None] <= gap[:, None]
         fits[:, 0] = True  # the shortest always fits
         return fits
