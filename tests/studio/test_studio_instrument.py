@@ -175,6 +175,8 @@ def test_a_melody_from_a_midi_keyboard_is_accompanied_and_played(open_page, tmp_
 
 def test_a_melody_from_the_screen_and_the_computer_keys_and_a_top_line(open_page, tmp_path):
     page, errors = open_page()
+    # headless Chromium refuses Web MIDI: the page says so, quietly, and its keys play
+    page.wait_for_function("document.querySelector('[data-testid=midi-status]').textContent.includes('keys')")
     page.uncheck("[data-testid=metronome]")
     page.click("[data-testid=octave-up]")
     assert page.text_content("[data-testid=octave]") == "C5"
