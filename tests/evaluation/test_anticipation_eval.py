@@ -45,7 +45,7 @@ def _hand_made_span() -> tuple[NoteTokenizer, Span]:
     control (5 s early) falls inside the span, the 8 s note's after it."""
     onset, pitch = np.array([0, 100, 150, 250, 600, 800]), np.array([60, 62, 64, 65, 70, 67])
     g = GridNotes(onset, np.full(6, 9), np.zeros(6, np.int64), pitch, np.full(6, 20))
-    return NoteTokenizer(), Span(g, 100, 200, piece=0, style=None, at_start=True)
+    return NoteTokenizer(anticipation=5.0), Span(g, 100, 200, piece=0, style=None, at_start=True)
 
 
 def test_the_span_music_is_the_events_from_the_prefix_to_the_clock_at_the_span_end():
