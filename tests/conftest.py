@@ -128,24 +128,50 @@ def fake_corpus(tmp_path, monkeypatch):
     return root
 
 
+def styled_pieces(root: Path, per_style: int, notes: int, seed: int = 0, styles=("jig", "chorale")) -> Path:
+    """A folder of random pieces, a subfolder per style (what `prepare(styles_from_folders=True)` reads)."""
+    rng = np.random.default_rng(seed)
+    for style in styles:
+        (root / style).mkdir(parents=True)
+        for i in range(per_style):
+            write_score(random_piece(rng, notes), root / style / f"{i}.mid")
+    return root
+
+
+def tiny_config(context: int, steps: int):
+    """The tiny preset shrunk to train `steps` steps in a second or two on the CPU, in fp32."""
+    from cadenza.training.config import resolve
+
+    return resolve("tiny", overrides=[f"context={context}", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
+                                      "batch_size=4", f"max_steps={steps}", f"eval_every={steps}", "eval_windows=2",
+                                      "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
+
+
+def draw_under_masks(grammar, rows: int, steps: int, seed: int):
+    """`steps` tokens per row, each drawn at random among those `grammar` allows (once it has seen
+    the prompt); the grammar observes each draw."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    seqs = torch.zeros(rows, steps, dtype=torch.long)
+    for s in range(steps):
+        allowed = grammar.allowed()
+        assert allowed.any(1).all()
+        seqs[:, s] = torch.multinomial(allowed.float(), 1, generator=gen)[:, 0]
+        grammar.observe(seqs[:, s:s + 1])
+    return seqs
+
+
 @pytest.fixture(scope="session")
 def studio_runs(tmp_path_factory):
     """runs/tiny: a model with two styles, trained for a few steps on generated music (the studio's)."""
     import cadenza
-    from cadenza.training.config import resolve
 
     root = tmp_path_factory.mktemp("studio")
-    rng = np.random.default_rng(0)
-    for style in ("jig", "chorale"):
-        (root / "in" / style).mkdir(parents=True)
-        for i in range(6):
-            write_score(random_piece(rng, 80), root / "in" / style / f"{i}.mid")
-    store = cadenza.prepare(root / "in", root / "store", styles_from_folders=True, workers=1, progress=False,
+    folder = styled_pieces(root / "in", per_style=6, notes=80)
+    store = cadenza.prepare(folder, root / "store", styles_from_folders=True, workers=1, progress=False,
                             valid_fraction=0.2, test_fraction=0.0).store
-    cfg = resolve("tiny", overrides=["context=64", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
-                                     "batch_size=4", "max_steps=6", "eval_every=6", "eval_windows=2",
-                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
-    cadenza.train(cfg, store.path, root / "runs" / "tiny", progress=False)
+    cadenza.train(tiny_config(context=64, steps=6), store.path, root / "runs" / "tiny", progress=False)
     return root / "runs"
 
 
@@ -156,15 +182,11 @@ def studio_edit_runs(studio_runs, tmp_path_factory):
     import shutil
 
     import cadenza
-    from cadenza.training.config import resolve
 
     root = tmp_path_factory.mktemp("studio-edits")
     store = cadenza.prepare(studio_runs.parent / "in", root / "store", styles_from_folders=True, workers=1,
                             progress=False, tokenizer="notes", valid_fraction=0.2, test_fraction=0.0).store
-    cfg = resolve("tiny", overrides=["context=96", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
-                                     "batch_size=4", "max_steps=4", "eval_every=4", "eval_windows=2",
-                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
-    cadenza.train(cfg, store.path, root / "runs" / "notes", progress=False)
+    cadenza.train(tiny_config(context=96, steps=4), store.path, root / "runs" / "notes", progress=False)
     shutil.copytree(studio_runs / "tiny", root / "runs" / "tiny")
     return root / "runs"
 
@@ -176,7 +198,8 @@ def tokenizer():
     return PerformanceTokenizer()
 
 
-__all__ = ["make_score", "random_piece", "shared", "symusic", "wait_until", "write_score"]
+__all__ = ["draw_under_masks", "make_score", "random_piece", "shared", "styled_pieces", "symusic", "tiny_config",
+           "wait_until", "write_score"]
 
 
 def allow_compiling(mp: pytest.MonkeyPatch, cache: Path) -> None:

@@ -21,6 +21,7 @@ from cadenza.data.prepare import prepare
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes, Plan
 from cadenza.data.tokenizers.notes import NoteTokenizer
+from tests.conftest import draw_under_masks
 
 tok = NoteTokenizer()
 
@@ -104,13 +105,7 @@ def test_no_sequence_drawn_under_the_masks_is_ill_formed(store):
     rows, steps, cap = 8, 1250, 3
     g = tok.grammar(rows, "cpu", max_polyphony=cap, plan=plan)
     g.observe(torch.full((rows, 1), tok.anticipate_id))
-    gen = torch.Generator().manual_seed(0)
-    seqs = torch.zeros(rows, steps, dtype=torch.long)
-    for s in range(steps):
-        allowed = g.allowed()
-        assert allowed.any(1).all()
-        seqs[:, s] = torch.multinomial(allowed.float(), 1, generator=gen)[:, 0]
-        g.observe(seqs[:, s:s + 1])
+    seqs = draw_under_masks(g, rows, steps, seed=0)
     for row in seqs.tolist():
         events, controls, report = tok.decode_grid([tok.anticipate_id] + row)
         assert report.extra["durations_without_note"] == 0

@@ -10,6 +10,7 @@ import torch
 
 from cadenza.data.tokenizers.note_grid import DURATIONS
 from cadenza.data.tokenizers.notes import NoteTokenizer
+from tests.conftest import draw_under_masks
 
 base = NoteTokenizer()
 tok = base.with_styles(["bach", "palestrina", "irish", "german", "chinese"])
@@ -19,14 +20,7 @@ def draw(rows: int, steps: int, seed: int, **limits) -> list[list[int]]:
     """`steps` tokens per row, each drawn at random among the ones the masks allow."""
     g = tok.grammar(rows, "cpu", **limits)
     g.observe(torch.tensor([tok.window_prefix("bach") + [tok.bos_id]] * rows))
-    gen = torch.Generator().manual_seed(seed)
-    seqs = torch.zeros(rows, steps, dtype=torch.long)
-    for s in range(steps):
-        allowed = g.allowed()
-        assert allowed.any(1).all()
-        seqs[:, s] = torch.multinomial(allowed.float(), 1, generator=gen)[:, 0]
-        g.observe(seqs[:, s:s + 1])
-    return seqs.tolist()
+    return draw_under_masks(g, rows, steps, seed).tolist()
 
 
 @pytest.mark.parametrize("cap, longest", [(None, None), (3, 1.0), (6, 0.25)])

@@ -15,7 +15,7 @@ from cadenza.data.tokenizers.note_grid import GridNotes
 from cadenza.data.tokenizers.notes import NoteTokenizer
 from cadenza.evaluation.anticipation import duration_shares, evaluate_anticipation, harmony, under_melody
 from cadenza.evaluation.spans import Span, encodings, span_music, span_nll
-from tests.conftest import random_piece, write_score
+from tests.conftest import styled_pieces, tiny_config
 
 
 def test_duration_shares_count_long_notes_and_notes_closed_by_the_cap():
@@ -87,22 +87,13 @@ def test_the_span_nll_scores_each_marked_token_given_the_tokens_before_it(notes_
 def two_runs(tmp_path_factory):
     """One folder of pieces in two styles prepared with both vocabularies, and a tiny model trained a
     few steps on each."""
-    from cadenza.training.config import resolve
-
     root = tmp_path_factory.mktemp("old_new")
-    rng = np.random.default_rng(0)
-    for style in ("jig", "chorale"):
-        (root / "in" / style).mkdir(parents=True)
-        for i in range(6):
-            write_score(random_piece(rng, 45), root / "in" / style / f"{i}.mid")
+    styled_pieces(root / "in", per_style=6, notes=45)
     runs = {}
     for name, tokenizer in (("old", "performance"), ("new", "notes")):
         store = cadenza.prepare(root / "in", root / f"store-{name}", styles_from_folders=True, workers=1,
                                 progress=False, tokenizer=tokenizer, valid_fraction=0.3, test_fraction=0.2).store
-        cfg = resolve("tiny", overrides=["context=128", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
-                                         "batch_size=4", "max_steps=4", "eval_every=4", "eval_windows=2",
-                                         "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
-        cadenza.train(cfg, store.path, root / name, progress=False)
+        cadenza.train(tiny_config(context=128, steps=4), store.path, root / name, progress=False)
         runs[name] = (root / name, store.path)
     return root, runs
 

@@ -15,26 +15,17 @@ from cadenza.generation.generate import Prompt
 from cadenza.generation.sampler import generate_ids
 from cadenza.models import checkpoint as ckpt
 from cadenza.settings import SettingError
-from tests.conftest import random_piece, write_score
+from tests.conftest import styled_pieces, tiny_config
 
 
 @pytest.fixture(scope="module")
 def notes_run(tmp_path_factory):
     """A tiny model on the note vocabulary with two styles, trained a few steps with anticipation."""
-    from cadenza.training.config import resolve
-
     root = tmp_path_factory.mktemp("notes")
-    rng = np.random.default_rng(0)
-    for style in ("jig", "chorale"):
-        (root / "in" / style).mkdir(parents=True)
-        for i in range(4):
-            write_score(random_piece(rng, 80), root / "in" / style / f"{i}.mid")
-    store = cadenza.prepare(root / "in", root / "store", styles_from_folders=True, workers=1, progress=False,
+    folder = styled_pieces(root / "in", per_style=4, notes=80)
+    store = cadenza.prepare(folder, root / "store", styles_from_folders=True, workers=1, progress=False,
                             tokenizer="notes", valid_fraction=0.25, test_fraction=0.0).store
-    cfg = resolve("tiny", overrides=["context=96", "d_model=32", "n_layers=2", "n_heads=2", "d_ff=64",
-                                     "batch_size=4", "max_steps=4", "eval_every=4", "eval_windows=2",
-                                     "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
-    cadenza.train(cfg, store.path, root / "run", progress=False)
+    cadenza.train(tiny_config(context=96, steps=4), store.path, root / "run", progress=False)
     return root / "run"
 
 
@@ -130,10 +121,7 @@ def test_fine_tuning_may_change_the_anticipation_but_not_the_ids(notes_run, tmp_
     from cadenza.data.tokenizers.notes import NoteTokenizer
     from cadenza.training.config import resolve
 
-    rng = np.random.default_rng(5)
-    (tmp_path / "in" / "jig").mkdir(parents=True)
-    for i in range(4):
-        write_score(random_piece(rng, 60), tmp_path / "in" / "jig" / f"{i}.mid")
+    styled_pieces(tmp_path / "in", per_style=4, notes=60, seed=5, styles=("jig",))
     cfg = resolve("tiny", overrides=["max_steps=1", "batch_size=2", "eval_every=1", "eval_windows=1",
                                      "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
     cfg.train.init = str(notes_run)

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from cadenza.atomic import write_json
-from cadenza.data.midi import Notes, score_to_notes
+from cadenza.data.midi import Notes, notes_to_score, score_to_notes
 from cadenza.env.record import library_versions
 
 _REGISTRY: dict[str, type[Tokenizer]] = {}
@@ -265,6 +265,18 @@ def check_style_names(styles: Sequence[str]) -> tuple[str, ...]:
     if len(set(styles)) != len(styles):
         raise TokenizerError(f"style names must be unique, got {', '.join(styles)}")
     return styles
+
+
+class NoteDecoding:
+    """`decode` and `to_notes` for a tokenizer whose `decode_notes(ids)` gives `Notes` and a report."""
+
+    def decode(self, ids):
+        """A symusic Score (ticks, 120 bpm), one track per instrument, and a `DecodeReport`."""
+        notes, report = self.decode_notes(ids)
+        return notes_to_score(notes), report
+
+    def to_notes(self, ids) -> Notes:
+        return self.decode_notes(ids)[0]
 
 
 class Styled(Tokenizer):

@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, notes_to_score, read_notes, run_max, score_to_notes
-from cadenza.data.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
+from cadenza.data.midi import Notes, read_notes, run_max, score_to_notes
+from cadenza.data.tokenizers.base import DecodeReport, Encoded, NoteDecoding, Tokenizer, TokenizerError
 from cadenza.data.tokenizers.grid import GridDecodeReport
 from cadenza.data.tokenizers.note_grid import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes
 
 
-class NoteTokenizer(Tokenizer):
+class NoteTokenizer(NoteDecoding, Tokenizer):
     """Onset-ordered notes with durations, instruments, velocities and anticipated controls.
 
     >>> tok = NoteTokenizer()
@@ -270,14 +270,6 @@ class NoteTokenizer(Tokenizer):
         """Every note of the ids (events and controls) as `Notes` with programs, and the repairs."""
         events, controls, report = self.decode_grid(ids)
         return self.to_grid_notes(GridNotes.concat([events, controls])), report
-
-    def decode(self, ids):
-        """A symusic Score (ticks, 120 bpm), one track per instrument, and a `DecodeReport`."""
-        notes, report = self.decode_notes(ids)
-        return notes_to_score(notes), report
-
-    def to_notes(self, ids) -> Notes:
-        return self.decode_notes(ids)[0]
 
     # ---- what the sampler asks -------------------------------------------------------------
     def token_seconds(self) -> np.ndarray:

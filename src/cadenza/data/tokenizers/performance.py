@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, notes_to_score, read_notes, run_max, score_to_notes
-from cadenza.data.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
+from cadenza.data.midi import Notes, read_notes, run_max, score_to_notes
+from cadenza.data.tokenizers.base import DecodeReport, Encoded, NoteDecoding, Tokenizer, TokenizerError
 
 NUM_PITCHES = 128
 MAX_HOURS = 24  # a longer piece is a corrupt tempo or delta time, and would be billions of tokens
 
 
-class PerformanceTokenizer(Tokenizer):
+class PerformanceTokenizer(NoteDecoding, Tokenizer):
     """Magenta's performance events with 10 ms time shifts and 32 velocity bins (388 + 3 ids).
 
     >>> tok = PerformanceTokenizer()
@@ -247,14 +247,6 @@ class PerformanceTokenizer(Tokenizer):
             self.bin_to_velocity(vbin[ev[on][keep]]),
         )
         return notes, report
-
-    def decode(self, ids):
-        """Decode ids into a one-track symusic Score (ticks, 120 bpm) and a `DecodeReport`."""
-        notes, report = self.decode_notes(ids)
-        return notes_to_score(notes), report
-
-    def to_notes(self, ids) -> Notes:
-        return self.decode_notes(ids)[0]
 
     # ---- what the sampler asks ----------------------------------------------------------------
     def token_seconds(self) -> np.ndarray:
