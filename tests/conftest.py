@@ -138,6 +138,22 @@ def styled_pieces(root: Path, per_style: int, notes: int, seed: int = 0, styles=
     return root
 
 
+def four_voices(beats: int, hold: float, length: float, velocities=(80, 80, 80, 80), program=None):
+    """A chorale-like texture: four voices (from C5, F4, C4, C3, rising 0-2 semitones) on half-second
+    beats, each note `length` s long, the soprano holding one note for 2 s from `hold` s. -> Notes"""
+    from cadenza.data.midi import Notes
+
+    rows = []
+    for beat in range(beats):
+        t = beat * 0.5
+        for voice, base in enumerate((72, 65, 60, 48)):
+            if voice == 0 and hold < t < hold + 2:
+                continue
+            rows.append((t, t + (2.0 if voice == 0 and t == hold else length), base + beat % 3, velocities[voice]))
+    s, e, p, v = map(np.array, zip(*rows))
+    return Notes.from_arrays(s, e, p, v, None if program is None else np.full(len(rows), program, np.int64))
+
+
 def tiny_config(context: int, steps: int):
     """The tiny preset shrunk to train `steps` steps in a second or two on the CPU, in fp32."""
     from cadenza.training.config import resolve
@@ -198,8 +214,8 @@ def tokenizer():
     return PerformanceTokenizer()
 
 
-__all__ = ["draw_under_masks", "make_score", "random_piece", "shared", "styled_pieces", "symusic", "tiny_config",
-           "wait_until", "write_score"]
+__all__ = ["draw_under_masks", "four_voices", "make_score", "random_piece", "shared", "styled_pieces", "symusic",
+           "tiny_config", "wait_until", "write_score"]
 
 
 def allow_compiling(mp: pytest.MonkeyPatch, cache: Path) -> None:

@@ -21,7 +21,7 @@ from cadenza.data.prepare import prepare
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes, Plan
 from cadenza.data.tokenizers.notes import NoteTokenizer
-from tests.conftest import draw_under_masks
+from tests.conftest import draw_under_masks, four_voices
 
 tok = NoteTokenizer()
 
@@ -124,15 +124,7 @@ def test_no_sequence_drawn_under_the_masks_is_ill_formed(store):
 
 def _chorale() -> Notes:
     """Four voices of quarter notes for 8 s, the soprano holding one note over 1.5-3.5 s."""
-    rows = []
-    for beat in range(16):
-        t = beat * 0.5
-        for voice, base in enumerate((72, 65, 60, 48)):
-            if voice == 0 and 1.5 < t < 3.5:
-                continue
-            rows.append((t, t + (2.0 if voice == 0 and t == 1.5 else 0.5), base + beat % 3, 80))
-    s, e, p, v = map(np.array, zip(*rows))
-    return Notes.from_arrays(s, e, p, v, np.zeros(len(rows), np.int64))
+    return four_voices(16, hold=1.5, length=0.5, program=0)
 
 
 def test_an_infill_request_keeps_the_notes_outside_its_span():

@@ -15,7 +15,7 @@ from cadenza.generation.generate import Prompt
 from cadenza.generation.sampler import generate_ids
 from cadenza.models import checkpoint as ckpt
 from cadenza.settings import SettingError
-from tests.conftest import styled_pieces, tiny_config
+from tests.conftest import four_voices, styled_pieces, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +32,8 @@ def notes_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def chorale(tmp_path_factory):
     """Four voices, 12 s: quarter notes, the soprano holding a note across 3.5-5.5 s."""
-    rows = []
-    for beat in range(24):
-        t = beat * 0.5
-        for voice, base in enumerate((72, 65, 60, 48)):
-            if voice == 0 and 3.5 < t < 5.5:
-                continue
-            rows.append((t, t + (2.0 if voice == 0 and t == 3.5 else 0.45), base + beat % 3, 70 + voice))
-    s, e, p, v = map(np.array, zip(*rows))
-    return write_midi(Notes.from_arrays(s, e, p, v), tmp_path_factory.mktemp("c") / "chorale.mid")
+    notes = four_voices(24, hold=3.5, length=0.45, velocities=(70, 71, 72, 73))
+    return write_midi(notes, tmp_path_factory.mktemp("c") / "chorale.mid")
 
 
 def _keyed(notes: Notes) -> set:
