@@ -49,17 +49,24 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max_running))
     folder = Path(data) if data else default_data()
     app = create_app(folder, Path(runs) if runs else None, Limits(max_running=max_running), device=str(dev))
-    from cadenza.models.zoo import DEFAULT
-    from cadenza.studio.runner import warm_up
-
     memory.freeze_startup_objects()  # what is loaded now lives as long as the server
     if compile:
         app.state.warm["compiled_step"] = "building"  # before the thread runs: a client polling now must wait
-    threading.Thread(target=warm_up, args=(app.state.registry, DEFAULT),
-                     kwargs={"status": app.state.warm, "compile": compile}, name="warm-up", daemon=True).start()
+    threading.Thread(target=_warm_up, args=(app, compile), name="warm-up", daemon=True).start()
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
           f"(API docs at /docs; data in {folder}; Ctrl-C to stop)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _warm_up(app, compile: bool) -> None:
+    """`runner.warm_up` of the default model, then what it loaded (the model, its compiled step, the
+    audio renderer's modules) frozen too: the collection after each job then walks only what jobs made."""
+    from cadenza.models.zoo import DEFAULT
+    from cadenza.studio import memory
+    from cadenza.studio.runner import warm_up
+
+    warm_up(app.state.registry, DEFAULT, status=app.state.warm, compile=compile)
+    memory.freeze_startup_objects()
 
 
 @dataclass
