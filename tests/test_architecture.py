@@ -14,8 +14,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # The layer order, bottom -> top: docs/architecture.md's layer table (a test checks that they agree).
@@ -41,7 +39,6 @@ LAYER = {stage: level for level, stages in enumerate(LAYERS) for stage in stages
 # Modules whose function-level imports do not all say why yet: their owner is still editing them.
 # Each is expected to fail the rule (a strict xfail); delete it here once its imports give their
 # reason or move to the top of the file.
-UNEXPLAINED = {"cadenza.studio.app", "cadenza.studio.registry", "cadenza.studio.server"}
 DOC = SRC.parent / "docs" / "architecture.md"
 
 
@@ -225,14 +222,7 @@ def test_imports_follow_the_layer_order_without_cycles():
 
 
 def test_function_level_imports_say_why():
-    found = [str(v) for v in violations(tree_imports()) if v.kind == "unexplained" and v.modules[0] not in UNEXPLAINED]
-    assert not found, "\n".join(found)
-
-
-@pytest.mark.parametrize("module", sorted(UNEXPLAINED))
-@pytest.mark.xfail(strict=True, reason="being edited: some function-level imports do not say why yet")
-def test_modules_being_edited_will_say_why(module):
-    found = [str(v) for v in violations(tree_imports()) if v.kind == "unexplained" and v.modules[0] == module]
+    found = [str(v) for v in violations(tree_imports()) if v.kind == "unexplained"]
     assert not found, "\n".join(found)
 
 

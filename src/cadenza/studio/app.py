@@ -20,12 +20,15 @@ from fastapi import FastAPI, File, HTTPException, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
+from cadenza.atomic import write_bytes, write_json
 from cadenza.generation.config import SamplingConfig
+from cadenza.listen.pianoroll import piano_roll
 from cadenza.settings import describe_range
 from cadenza.studio import contract
 from cadenza.studio.contract import Health, JobOut, ModelOut, SettingOut, UploadOut, errors
 from cadenza.studio.edits import edit_routes
 from cadenza.studio.jobs import FINISHED, Job, JobQueue
+from cadenza.studio.media import read_upload, score_svg
 from cadenza.studio.registry import Registry, UnknownModel
 from cadenza.studio.requests import SET_BY_REQUEST, JobRequest, checked_settings, result_piece, submit, upload_piece
 from cadenza.studio.runner import Runner, history, notes_json, stored_flags, stored_job, stored_notes, stored_summary
@@ -104,9 +107,6 @@ def _model_routes(app: FastAPI, registry: Registry) -> None:
 
 
 def _upload_routes(app: FastAPI, data: Path, limits: Limits) -> None:
-    from cadenza.atomic import write_bytes, write_json
-    from cadenza.studio.media import read_upload
-
     @app.post("/api/uploads", status_code=201, responses=errors(400, 413, 422),
               summary="A MIDI file to continue, fill or accompany; read like `cadenza prepare` reads")
     async def upload(file: UploadFile = File(...)) -> UploadOut:
@@ -201,8 +201,6 @@ def _made(kind: str, base: Path, data: Path, job_id: str, variation: int) -> Res
         return JSONResponse(stored_flags(data, job_id, variation))
     if kind == "png":
         return Response(_png(base), media_type="image/png")
-    from cadenza.studio.media import score_svg
-
     try:
         return Response(score_svg(base), media_type="image/svg+xml")
     except Exception as e:  # music21 or verovio could not engrave it: say so, keep serving
@@ -213,8 +211,6 @@ def _made(kind: str, base: Path, data: Path, job_id: str, variation: int) -> Res
 def _png(midi: Path) -> bytes:
     png = midi.with_suffix(".png")
     if not png.is_file():
-        from cadenza.listen.pianoroll import piano_roll
-
         piano_roll(midi, png, title=None)
     return png.read_bytes()
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.models import checkpoint as ckpt
+from cadenza.models.zoo import list_models
 
 
 class UnknownModel(KeyError):
@@ -64,8 +65,6 @@ class Registry:
 
     @functools.cached_property
     def shipped(self) -> list[ModelEntry]:
-        from cadenza.models.zoo import list_models
-
         return [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"],
                            ckpt.read_meta(m["path"])["tokenizer"]) for m in list_models()]
 

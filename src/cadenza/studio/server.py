@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadenza.env.record import cache_dir
+from cadenza.studio import memory
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def default_data() -> Path:
     """Where the studio keeps uploads and the history of generations: $CADENZA_CACHE/studio."""
-    from cadenza.env.record import cache_dir
-
     return cache_dir() / "studio"
 
 
@@ -32,14 +33,12 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     exposes the studio (and its CPU) to the network, so it is said out loud. The default model is
     warmed up in the background after start: a window slide fed through it and, with `compile`, its
     compiled decode step built (or loaded from the disk cache)."""
-    from cadenza.studio import memory
-
     memory.settle_malloc()  # before worker threads start and torch allocates its first buffers
     import torch
     import uvicorn
 
-    from cadenza.env.device import pick_device
-    from cadenza.studio.app import Limits, create_app
+    from cadenza.env.device import pick_device  # lazy: torch, FastAPI and the models load only to serve;
+    from cadenza.studio.app import Limits, create_app  # lazy: `launch` (tests, benchmarks) needs none of them
 
     if host not in LOOPBACK:
         print(f"warning: serving on {host}, not 127.0.0.1: anyone who can reach this machine can use the "
@@ -61,9 +60,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
 def _warm_up(app, compile: bool) -> None:
     """`runner.warm_up` of the default model, then what it loaded (the model, its compiled step, the
     audio renderer's modules) frozen too: the collection after each job then walks only what jobs made."""
-    from cadenza.models.zoo import DEFAULT
-    from cadenza.studio import memory
-    from cadenza.studio.runner import warm_up
+    from cadenza.models.zoo import DEFAULT  # lazy: as in `serve`, torch loads only to serve
+    from cadenza.studio.runner import warm_up  # lazy: as in `serve`, torch loads only to serve
 
     warm_up(app.state.registry, DEFAULT, status=app.state.warm, compile=compile)
     memory.freeze_startup_objects()
