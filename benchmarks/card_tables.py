@@ -121,7 +121,8 @@ def anticipation_table() -> list[str]:
         out.append(f"| {style} | {d['real_p999_seconds']:.2f} s | {d['old']['longer_than_real_p999']:.1%} | "
                    f"{d['new']['longer_than_real_p999']:.1%} | {d['old']['closed_by_cap']:.1%} | {' | '.join(nats)} |")
     if like:
-        out.append(f"| **all** | | | | | **{like['old']['nats_per_note']:.3f}** | **{like['new']['nats_per_note']:.3f}** |")
+        old, new = like["old"]["nats_per_note"], like["new"]["nats_per_note"]
+        out.append(f"| **all** | | | | | **{old:.3f}** | **{new:.3f}** |")
     out += ["", _source(r, path), ""]
     out += [f"* {name.replace('_', ' ')}: {_met(g['met'])} ({_value(g['value'])}; goal: {g['goal']})."
             for name, g in r.get("goals", {}).items()]
