@@ -215,3 +215,17 @@ def test_cadenza_render_names_the_backend(tmp_path, capsys):
     assert captured.out.split() == [str(midi.with_suffix(".wav"))]
     assert captured.err.splitlines() == [describe_backend()]
     assert captured.err.startswith(f"audio: {choose_backend()[0]} with the SoundFont ")
+
+
+@pytest.mark.parametrize("rate_in, rate_out", [(48000, 22050), (44100, 22050), (22050, 48000), (48000, 44100)])
+def test_the_resampler_matches_scipys_polyphase_filter(rate_in, rate_out):
+    from scipy.signal import resample_poly
+
+    from cadenza.listen.soundfont import resample
+
+    x = np.random.default_rng(0).standard_normal((5003, 2)).astype(np.float32)
+    g = np.gcd(rate_in, rate_out)
+    want = resample_poly(x, rate_out // g, rate_in // g, axis=0)
+    got = resample(x, rate_in, rate_out)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert np.abs(got - want).max() < 1e-5

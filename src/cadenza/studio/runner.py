@@ -233,7 +233,7 @@ def _warm_eager(registry: Registry, model_id: str, rows):
 
 def _warm_audio(sample_rate: int = Runner.sample_rate) -> None:
     """Render one short note as a job renders its WAVs: the renderer's first use imports its modules
-    (scipy's resampler alone takes up to 2 s), which the first job would otherwise wait for."""
+    and loads the SoundFont renderer, which the first job would otherwise wait for."""
     try:
         synthesize(Notes.from_arrays([0.0], [0.1], [60], [64]), sample_rate=sample_rate)
     except Exception as e:  # a warm-up failure costs speed, never the server
