@@ -32,8 +32,8 @@ RECENT = 512  # the releases of the last RECENT events count towards the polypho
 
 
 class NoteGrammar(SpecialsOnly):
-    # Both halves run at every sampled token, where each operator's fixed cost is what shows: what a
-    # token does to the state, and the mask of each (phase, room, placed) state, are table rows.
+    # observe and allowed run at every sampled token, where each operator's fixed cost is what
+    # shows: what a token does to the state, and the mask of each state, are rows of tables.
     def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True,
                  max_note_seconds: float | None = None, plan: Plan | None = None):
         super().__init__(tok, batch, device, allow_eos)
@@ -80,16 +80,19 @@ class NoteGrammar(SpecialsOnly):
         after = torch.where(is_instrument, AFTER_INSTRUMENT, after)
         after = torch.where(is_note | is_control, AFTER_NOTE, after)
         after = torch.where(is_duration | is_shift, FREE, after)
-        row = torch.zeros(4, 1, dtype=torch.bool)
+        def each_phase(t: torch.Tensor) -> torch.Tensor:  # the same whatever the phase before
+            return t.expand(4, -1)
+
         # the phase after, the clock's advance, the value
-        self.moves = torch.stack([after, (torch.where(is_shift, value, 0) + row).long(), (value + row).long()],
+        self.moves = torch.stack([after, each_phase(torch.where(is_shift, value, 0)), each_phase(value)],
                                  -1).flatten(0, 1).to(device)
         # ANTICIPATE (the clock goes back by the lead), an INSTRUMENT token, a NOTE that takes the
         # instrument an INSTRUMENT named (an event's; a control's does not), a NOTE, an event's
         # DURATION after its NOTE, any DURATION
-        self.flags = torch.stack([(ids == tok.anticipate_id) | row, is_instrument | row,
-                                  is_note & (phase == AFTER_INSTRUMENT), is_note | row,
-                                  is_duration & (phase == AFTER_NOTE), is_duration | row], -1).flatten(0, 1).to(device)
+        self.flags = torch.stack([each_phase(ids == tok.anticipate_id), each_phase(is_instrument),
+                                  is_note & (phase == AFTER_INSTRUMENT), each_phase(is_note),
+                                  is_duration & (phase == AFTER_NOTE), each_phase(is_duration)],
+                                 -1).flatten(0, 1).to(device)
         self.shift_steps = torch.arange(1, tok.max_shift_steps + 1, device=device)
 
     def _gates(self, tok) -> torch.Tensor:
