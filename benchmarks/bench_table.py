@@ -140,10 +140,12 @@ def memory_table() -> list[str]:
     return out
 
 
-def generate_table() -> list[str]:
-    if (found := newest("generate")) is None:
-        return missing("benchmarks/results/generate/")
-    path, r = found
+def generate_table(vocab: str = "performance") -> list[str]:
+    """The newest generate run on `vocab` (files from before `--vocab` ran the performance one)."""
+    runs = [(p, r) for p, r in load("generate") if r.get("vocab", "performance") == vocab]
+    if not runs:
+        return missing(f"benchmarks/results/generate/, --vocab {vocab}")
+    path, r = runs[-1]
     batches = [str(b) for b in r["batches"]]
     out = ["| generator | " + " | ".join(f"batch {b} tok/s | vs HF" for b in batches) + " |",
            "|---|" + "---:|---:|" * len(batches)]
@@ -158,7 +160,8 @@ def generate_table() -> list[str]:
     verdict = "; ".join(f"batch {b}: " + ", ".join(
         f"{row['generator'].removeprefix('cadenza ')} {met(row['vs_hf'][b] >= GENERATE_GOAL)} ({row['vs_hf'][b]:.2f}x)"
         for row in fast) for b in batches)
-    out += ["", provenance(path, r), "", f"{r['new_tokens']} new tokens, median of {r['repeats']} repeats. "
+    named = f"The {vocab} vocabulary ({r['vocab_size']} ids), " if "vocab" in r else ""
+    out += ["", provenance(path, r), "", f"{named}{r['new_tokens']} new tokens, median of {r['repeats']} repeats. "
             f"Goal: >= {GENERATE_GOAL:.0f}x HF at batch " + " and ".join(batches) + f". {verdict}."]
     if r.get("load_average"):  # files from before it do not say
         out[-1] += (" Load average (1 min) before and after each batch size: "
@@ -287,8 +290,8 @@ def runs_table() -> list[str]:
 
 
 TABLES = {"tokenize": tokenize_table, "train": train_table, "train-memory": memory_table,
-          "generate": generate_table, "onnx": onnx_table, "serve": serve_table, "polyphonic-summary": summary_table,
-          "polyphonic-runs": runs_table}
+          "generate": generate_table, "generate-notes": lambda: generate_table("notes"), "onnx": onnx_table,
+          "serve": serve_table, "polyphonic-summary": summary_table, "polyphonic-runs": runs_table}
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the model card's tables live beside this file
