@@ -61,8 +61,10 @@ class AnticipationEvalConfig:
 
 @dataclass
 class Model:
-    """A loaded checkpoint, its tokenizer, and the store of the held-out pieces in its vocabulary."""
+    """A loaded checkpoint (`name`: as it was asked for, a run, a checkpoint or a shipped model's
+    name), its tokenizer, and the store of the held-out pieces in its vocabulary."""
 
+    name: str
     model: Any
     meta: dict
     tok: Any
@@ -74,10 +76,10 @@ class Model:
         store = TokenStore(data)
         if not store.tokenizer.same_as(meta["tokenizer"]):
             raise ValueError(f"{data} was tokenized differently from {checkpoint}'s training data")
-        return cls(model, meta, tokenizer_from_dict(meta["tokenizer"]), store)
+        return cls(str(checkpoint), model, meta, tokenizer_from_dict(meta["tokenizer"]), store)
 
     def describe(self) -> dict[str, Any]:
-        return {"checkpoint": self.meta["path"], "step": self.meta["step"], "tokenizer": self.tok.name,
+        return {"checkpoint": self.name, "step": self.meta["step"], "tokenizer": self.tok.name,
                 "vocab_size": self.tok.vocab_size, "parameters": self.meta.get("parameters"),
                 "data_fingerprint": self.meta.get("data_fingerprint")}
 
