@@ -85,9 +85,9 @@ def top_line(g: GridNotes) -> np.ndarray:
 
 def choose_controls(g: GridNotes, task: str, rng: np.random.Generator, horizon: int | None = None) -> np.ndarray | None:
     """The mask of notes a training window gives as controls for `task` (None: no controls).
-    An infill's given notes are drawn before `horizon` (steps; the last onset the window's tokens
-    reach), so that the model sees them: everything from a time on, as an infill's suffix is, or
-    spans of 2-10 s after every 1-8 s of music to write."""
+    An infill gives everything from a time before `horizon` on (steps; the last onset the window's
+    tokens reach, so that the model sees where the given notes start), as an infill's suffix is, or
+    spans of 2-10 s after every 1-8 s of music to write, over the whole window."""
     if task == "autoregress" or len(g) < 2:
         return None
     if task == "accompany":
@@ -109,7 +109,7 @@ def choose_controls(g: GridNotes, task: str, rng: np.random.Generator, horizon: 
 
 def horizon(tok, g: GridNotes, tokens: int) -> int:
     """The onset (steps) of the last note of `g` whose plain encoding fits in `tokens` ids."""
-    ids = tok.encode_grid(g)
+    ids = tok.encode_grid(g.take(slice(0, tokens // 2)))  # a note takes 2 ids or more: no more can fit
     seen = int(np.count_nonzero((ids[:tokens] >= tok.note_offset) & (ids[:tokens] < tok.control_offset)))
     return int(g.onset[max(seen - 1, 0)]) if len(g) else 0
 
