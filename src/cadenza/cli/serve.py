@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from cadenza.cli.common import add_verb
-from cadenza.studio.server import serve  # the module itself imports only the standard library
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -25,5 +24,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    from cadenza.studio.server import serve  # lazy: `cadenza --help` and the other verbs need none of it
+
     serve(a.host, a.port, a.runs, a.data, a.device, a.jobs, compile=not a.no_compile)
     return 0
