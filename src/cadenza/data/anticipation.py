@@ -226,11 +226,16 @@ def accompany_request(tok, notes: Notes) -> Request:
     tune = melody(g)
     if not tune.any():
         raise ValueError("no melody to accompany: the file has no pitched notes")
+    controls = g.take(tune)
+    return _request(tok, GridNotes.empty(), controls, notes_at(tok, notes, g, tune), 0, int(controls.end.max()))
+
+
+def notes_at(tok, notes: Notes, g: GridNotes, mask: np.ndarray) -> Notes:
+    """The notes of `notes` (as read) that became the grid notes `mask` picks of `g`, its
+    quantisation by `tok`: matched by onset step, instrument and pitch."""
     keys = (g.onset << 16) | (g.program << 7) | g.pitch
     onset = np.floor(notes.start * tok.steps_per_second + 0.5).astype(np.int64)
-    mine = np.isin((onset << 16) | (notes.programs << 7) | notes.pitch, keys[tune])
-    controls = g.take(tune)
-    return _request(tok, GridNotes.empty(), controls, notes.take(mine), 0, int(controls.end.max()))
+    return notes.take(np.isin((onset << 16) | (notes.programs << 7) | notes.pitch, keys[mask]))
 
 
 def _request(tok, prefix: GridNotes, controls: GridNotes, given: Notes, events_from: int, stop: int) -> Request:

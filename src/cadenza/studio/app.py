@@ -31,7 +31,16 @@ from cadenza.studio.jobs import FINISHED, Job, JobQueue
 from cadenza.studio.media import read_upload, score_svg
 from cadenza.studio.registry import Registry, UnknownModel
 from cadenza.studio.requests import SET_BY_REQUEST, JobRequest, checked_settings, result_piece, submit, upload_piece
-from cadenza.studio.runner import Runner, history, notes_json, stored_flags, stored_job, stored_notes, stored_summary
+from cadenza.studio.runner import (
+    SERVER_ID,
+    Runner,
+    history,
+    notes_json,
+    stored_job,
+    stored_record,
+    stored_summary,
+    stored_variation,
+)
 
 
 @dataclass
@@ -120,7 +129,7 @@ def _upload_routes(app: FastAPI, data: Path, limits: Limits) -> None:
             raise HTTPException(400, str(e).splitlines()[0]) from None
         upload_id = uuid.uuid4().hex[:12]
         write_bytes(data / "uploads" / f"{upload_id}.mid", raw)
-        info = {"id": upload_id, "name": name, "seconds": notes.duration, "notes": notes_json(notes)}
+        info = {"id": upload_id, "name": name, "seconds": notes.duration, "notes": notes_json(notes.by_time())}
         write_json(data / "uploads" / f"{upload_id}.json", info)
         return info
 
@@ -171,7 +180,7 @@ KINDS = {"midi": ("mid", "audio/midi", "the MIDI file"), "wav": ("wav", "audio/w
 
 def _file_routes(app: FastAPI, data: Path) -> None:
     def folder(job_id: str, variation: int) -> Path:
-        if stored_summary(data, job_id) is None:  # also refuses any id not of the server's form
+        if not (SERVER_ID.match(job_id) and (data / "jobs" / job_id / "job.json").is_file()):  # no client path
             raise HTTPException(404, f"no finished job {job_id!r}")
         base = data / "jobs" / job_id / f"sample-{variation}.mid"
         if not base.is_file():
@@ -195,17 +204,18 @@ def _file_routes(app: FastAPI, data: Path) -> None:
 
 def _made(kind: str, base: Path, data: Path, job_id: str, variation: int) -> Response:
     """A variation's file that is not stored as is: its notes, which are new, a picture, a score."""
-    if kind == "notes":
-        return JSONResponse(stored_notes(data, job_id, variation))
-    if kind == "new":
-        return JSONResponse(stored_flags(data, job_id, variation))
+    if kind in ("notes", "new"):
+        record = stored_record(data, job_id)
+        v = stored_variation(record, variation) if record else None
+        if v is None:
+            raise HTTPException(404, f"job {job_id} has no variation {variation}")
+        return JSONResponse(v["note_list"] if kind == "notes" else v["note_new"])
     if kind == "png":
         return Response(_png(base), media_type="image/png")
     try:
         return Response(score_svg(base), media_type="image/svg+xml")
     except Exception as e:  # music21 or verovio could not engrave it: say so, keep serving
-        raise HTTPException(422, [contract.refused(("path", "variation"),
-                                                   f"no score for this music ({type(e).__name__})")]) from None
+        contract.refuse(("path", "variation"), f"no score for this music ({type(e).__name__})")
 
 
 def _png(midi: Path) -> bytes:
@@ -236,8 +246,7 @@ def _primer(req: JobRequest, data: Path) -> dict | None:
         piece = result_piece(data, req.primer, "primer")
         piece.end = max(v["seconds"] or 0 for v in stored_summary(data, req.primer.job)["variations"])
     if req.primer_seconds is not None and not req.primer_seconds > 0:
-        raise HTTPException(422, [contract.refused(("body", "primer_seconds"),
-                                                   f"primer_seconds must be > 0, got {req.primer_seconds}")])
+        contract.refuse(("body", "primer_seconds"), f"primer_seconds must be > 0, got {req.primer_seconds}")
     return {"task": "continue", "path": piece.path, "seconds": req.primer_seconds, "name": piece.name,
             "end": piece.end}
 

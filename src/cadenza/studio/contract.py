@@ -8,9 +8,9 @@ field. A 405 lists in `Allow` every method the path answers to, not only the fir
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -47,9 +47,10 @@ def errors(*codes: int) -> dict[int | str, dict]:
     return out
 
 
-def refused(field: tuple[str | int, ...], msg: str) -> dict:
-    """A 422 body entry in FastAPI's shape: `field` is its location (("body", "notes", 3, "pitch"))."""
-    return {"loc": list(field), "msg": msg, "type": "value_error"}
+def refuse(field: tuple[str | int, ...], msg: str) -> NoReturn:
+    """Raise a 422 whose body is FastAPI's: one entry, `field` its location (("body", "notes", 3,
+    "pitch")), `msg` why."""
+    raise HTTPException(422, [{"loc": list(field), "msg": msg, "type": "value_error"}])
 
 
 def install(app: FastAPI) -> None:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
 from fastapi import FastAPI, HTTPException
 
-from cadenza.data.anticipation import top_line
+from cadenza.data.anticipation import notes_at, top_line
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
-from cadenza.studio.contract import JobOut, errors, refused
+from cadenza.studio.contract import JobOut, errors, refuse
 from cadenza.studio.jobs import Job, JobQueue
 from cadenza.studio.registry import ModelEntry, Registry, UnknownModel
 from cadenza.studio.requests import (
@@ -60,8 +59,7 @@ def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
                 return submit(jobs, job)
             melody, name = _top_line(entry, piece.path), f"top line of {piece.name}"
         elif req.upload is not None or req.result is not None:
-            raise HTTPException(422, [refused(("body", "notes"), "give exactly one of upload, result or notes: "
-                                                                 "the melody")])
+            refuse(("body", "notes"), "give exactly one of upload, result or notes: the melody")
         else:
             melody, name = _recorded(req, limits), f"played melody ({len(req.notes)} notes)"
         folder /= job.id  # the melody goes into the job's own folder, under a name the server chose
@@ -80,41 +78,37 @@ def _model(registry: Registry, model_id: str, task: str) -> ModelEntry:
     except UnknownModel:
         raise HTTPException(404, f"model: unknown model {model_id!r}; GET /api/models lists them") from None
     if task not in entry.tasks:
-        raise HTTPException(422, [refused(("body", "model"), f"model {model_id} cannot {task}: its vocabulary has "
-                                          "no given notes; use a model trained on `--tokenizer notes`, such as "
-                                          "the shipped styles model")])
+        refuse(("body", "model"), f"model {model_id} cannot {task}: its vocabulary has "
+               "no given notes; use a model trained on `--tokenizer notes`, such as "
+               "the shipped styles model")
     return entry
 
 
 def _one_piece(data: Path, upload: str | None, result, what: str) -> Piece:
     """The one piece a request names, by an upload id or a finished job's variation."""
     if (upload is None) == (result is None):
-        raise HTTPException(422, [refused(("body", "upload"), f"give exactly one of {what}")])
+        refuse(("body", "upload"), f"give exactly one of {what}")
     return upload_piece(data, upload, "upload") if upload is not None else result_piece(data, result, "result")
 
 
 def _check_span(start: float, end: float, piece: Piece, longest: float) -> None:
-    def refuse(name: str, msg: str):
-        raise HTTPException(422, [refused(("body", name), msg)])
-
     if not end > start:
-        refuse("end", f"end must be after start ({start:g} s), got {end:g}")
+        refuse(("body", "end"), f"end must be after start ({start:g} s), got {end:g}")
     if start >= piece.end:
-        refuse("start", f"start must be before the piece ends ({piece.end:.2f} s), got {start:g}")
+        refuse(("body", "start"), f"start must be before the piece ends ({piece.end:.2f} s), got {start:g}")
     if end - start > longest:
-        refuse("end", f"the span must be at most {longest:g} s on this server, got {end - start:g}")
+        refuse(("body", "end"), f"the span must be at most {longest:g} s on this server, got {end - start:g}")
 
 
 def _recorded(req: AccompanyRequest, limits) -> Notes:
     """The posted melody as `Notes`, within the server's limits on notes and seconds."""
     notes = req.notes
     if len(notes) > limits.max_melody_notes:
-        raise HTTPException(422, [refused(("body", "notes"), f"notes: at most {limits.max_melody_notes} on this "
-                                                             f"server, got {len(notes)}")])
+        refuse(("body", "notes"), f"notes: at most {limits.max_melody_notes} on this server, got {len(notes)}")
     for i, n in enumerate(notes):
         if n.end > limits.max_seconds:
-            raise HTTPException(422, [refused(("body", "notes", i, "end"), f"end must be at most "
-                                              f"{limits.max_seconds:g} s on this server, got {n.end:g}")])
+            refuse(("body", "notes", i, "end"),
+                   f"end must be at most {limits.max_seconds:g} s on this server, got {n.end:g}")
     return Notes.from_arrays([n.start for n in notes], [n.end for n in notes], [n.pitch for n in notes],
                              [n.velocity for n in notes])
 
@@ -126,9 +120,7 @@ def _top_line(entry: ModelEntry, path: Path) -> Notes:
     tok = tokenizer_from_dict(entry.tokenizer)
     notes, _ = tok.read(path)
     g, _ = tok.quantize(notes)
-    keys = (g.onset << 16) | (g.program << 7) | g.pitch  # a grid note's onset, instrument and pitch
-    onset = np.floor(notes.start * tok.steps_per_second + 0.5).astype(np.int64)
-    line = notes.take(np.isin((onset << 16) | (notes.programs << 7) | notes.pitch, keys[top_line(g)]))
+    line = notes_at(tok, notes, g, top_line(g))
     if not len(line):
-        raise HTTPException(422, [refused(("body", "result"), "result has no pitched notes: no melody to accompany")])
+        refuse(("body", "result"), "result has no pitched notes: no melody to accompany")
     return Notes.from_arrays(line.start, line.end, line.pitch, line.velocity)

@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from cadenza.generation.config import SamplingConfig
 from cadenza.settings import SettingError
-from cadenza.studio.contract import refused
+from cadenza.studio.contract import refuse
 from cadenza.studio.jobs import Job, JobQueue, QueueFull
-from cadenza.studio.runner import SERVER_ID, stored_notes, stored_summary
+from cadenza.studio.runner import SERVER_ID, stored_record, stored_variation
 
 # Set by the request itself, never as a setting: the music to start from or to edit.
 SET_BY_REQUEST = {"primer": "uploading a MIDI file (POST /api/uploads) and naming it as `primer`",
@@ -82,12 +82,11 @@ class AccompanyRequest(BaseModel):
 
 @dataclass
 class Piece:
-    """Music a request names: its MIDI file in the data folder, a name to show, its notes
-    ([start, end, pitch, velocity]) and where it ends (the last release, seconds)."""
+    """Music a request names: its MIDI file in the data folder, a name to show, and where it ends
+    (the last release, seconds)."""
 
     path: Path
     name: str
-    notes: list
     end: float
 
 
@@ -96,42 +95,42 @@ def upload_piece(data: Path, upload_id: str, field: str) -> Piece:
     if not SERVER_ID.match(upload_id) or not path.is_file():
         raise HTTPException(404, f"{field}: no upload {upload_id!r}; POST /api/uploads first")
     info = json.loads(path.with_suffix(".json").read_text())
-    return Piece(path, info["name"], info["notes"], info["seconds"])
+    return Piece(path, info["name"], info["seconds"])
 
 
 def result_piece(data: Path, ref: PrimerFromJob, field: str) -> Piece:
-    job = stored_summary(data, ref.job)
-    path = data / "jobs" / ref.job / f"sample-{ref.variation}.mid" if job else None
-    notes = stored_notes(data, ref.job, ref.variation) if path and path.is_file() else None
-    if notes is None:
+    record = stored_record(data, ref.job)
+    path = data / "jobs" / ref.job / f"sample-{ref.variation}.mid" if record else None
+    v = stored_variation(record, ref.variation) if path and path.is_file() else None
+    if v is None:
         raise HTTPException(404, f"{field}: no finished job {ref.job!r} with variation {ref.variation}")
-    return Piece(path, f"job {ref.job}", notes, max((n[1] for n in notes), default=0.0))
+    return Piece(path, f"job {ref.job}", max((n[1] for n in v["note_list"]), default=0.0))
 
 
 def checked_settings(settings: dict, styles: list[str], limits) -> dict:
     """The settings as SamplingConfig validates them, within the server's `limits`: a 422 naming the
     field and its valid range otherwise."""
-    def refuse(name: str, msg: str):
-        raise HTTPException(422, [refused(("body", "settings", name), f"{name} {msg}")])
+    def bad(name: str, msg: str) -> NoReturn:
+        refuse(("body", "settings", name), f"{name} {msg}")
 
     for name, how in SET_BY_REQUEST.items():
         if name in settings:
-            refuse(name, f"is set by {how}")
+            bad(name, f"is set by {how}")
     settings = {"seconds": 10.0, **settings} if "max_tokens" not in settings else dict(settings)
     try:
         cfg = SamplingConfig.from_dict(settings)
     except SettingError as e:
-        refuse(e.field, e.reason)
+        bad(e.field, e.reason)
     except TypeError as e:
-        refuse("settings", f"are not SamplingConfig fields ({e})")
+        bad("settings", f"are not SamplingConfig fields ({e})")
     if cfg.style is not None and cfg.style not in styles:
-        refuse("style", f"must be one of {', '.join(styles) or '(this model has no styles)'}, got {cfg.style!r}")
+        bad("style", f"must be one of {', '.join(styles) or '(this model has no styles)'}, got {cfg.style!r}")
     if cfg.num_samples > limits.max_variations:
-        refuse("num_samples", f"must be in [1, {limits.max_variations}] on this server, got {cfg.num_samples}")
+        bad("num_samples", f"must be in [1, {limits.max_variations}] on this server, got {cfg.num_samples}")
     if cfg.seconds is not None and cfg.seconds > limits.max_seconds:
-        refuse("seconds", f"must be in (0, {limits.max_seconds:g}] on this server, got {cfg.seconds}")
+        bad("seconds", f"must be in (0, {limits.max_seconds:g}] on this server, got {cfg.seconds}")
     if cfg.token_budget() > limits.max_tokens:
-        refuse("max_tokens", f"must be in [1, {limits.max_tokens}] on this server, got {cfg.token_budget()}")
+        bad("max_tokens", f"must be in [1, {limits.max_tokens}] on this server, got {cfg.token_budget()}")
     return {k: v for k, v in cfg.to_dict().items() if k not in SET_BY_REQUEST}
 
 

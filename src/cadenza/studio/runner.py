@@ -22,7 +22,6 @@ import numpy as np
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers import tokenizer_from_dict
-from cadenza.env.device import enable_tf32
 from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import Generation, Prompt, sample
@@ -34,19 +33,10 @@ from cadenza.studio.registry import Registry
 STREAM_EVERY = 0.12  # seconds between two `notes` events of a running job
 
 
-def notes_json(notes: Notes, new: np.ndarray | None = None) -> list[list[float]]:
-    """[[start, end, pitch, velocity], ...] in onset order, times rounded to milliseconds; with `new`
-    (a flag per note of `notes`), also those flags in the same order."""
-    order = _by_time(notes)
-    rows = [[round(float(s), 3), round(float(e), 3), int(p), int(v)] for s, e, p, v in
-            zip(notes.start[order], notes.end[order], notes.pitch[order], notes.velocity[order])]
-    return rows if new is None else (rows, np.asarray(new, np.int64)[order].tolist())
-
-
-def _by_time(notes: Notes) -> np.ndarray:
-    """The order of `Notes.by_time`."""
-    keys = (notes.pitch, notes.start) if notes.program is None else (notes.pitch, notes.program, notes.start)
-    return np.lexsort(keys)
+def notes_json(notes: Notes) -> list[list[float]]:
+    """[[start, end, pitch, velocity], ...] in the notes' order, times rounded to milliseconds."""
+    return [[round(float(s), 3), round(float(e), 3), int(p), int(v)]
+            for s, e, p, v in zip(notes.start, notes.end, notes.pitch, notes.velocity)]
 
 
 class _Stream:
@@ -79,9 +69,12 @@ class _Stream:
         keys = zip(notes.start.tolist(), notes.end.tolist(), notes.pitch.tolist(), notes.programs.tolist())
         return np.fromiter((k not in self.given for k in keys), bool, len(notes))
 
-    def send(self, variation: int, notes: Notes, tokens: int) -> None:
-        rows, new = notes_json(notes, self.new(notes))
+    def send(self, variation: int, notes: Notes, tokens: int) -> tuple[list, list]:
+        """Emit a `notes` event: the notes in onset order and which of them are new. -> both"""
+        notes = notes.by_time()
+        rows, new = notes_json(notes), self.new(notes).astype(int).tolist()
         self.job.emit("notes", variation=variation, notes=rows, new=new, tokens=tokens)
+        return rows, new
 
 
 @dataclass
@@ -92,7 +85,6 @@ class Runner:
 
     def __call__(self, job: Job) -> dict[str, Any]:
         model, meta = self.registry.load(job.model)
-        enable_tf32(next(model.parameters()).device)  # as `cadenza generate` decodes: TF32 on Ampere+ GPUs
         cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
         prompt = Prompt.build(meta, cfg)  # the stream decodes with its tokenizer and primer as tokens arrive
         stream = _Stream(job, prompt)
@@ -100,9 +92,8 @@ class Runner:
         gen = sample(model, meta, cfg, on_tokens=stream, build_compiled=False, prompt=prompt)
         job.check()
         # The last notes of every variation: a generation faster than STREAM_EVERY streams none.
-        for k, (notes, ids) in enumerate(zip(gen.notes, gen.ids)):
-            stream.send(k, notes, len(ids))
-        return self._write(job, gen, stream)
+        final = [stream.send(k, notes, len(ids)) for k, (notes, ids) in enumerate(zip(gen.notes, gen.ids))]
+        return self._write(job, gen, final)
 
     def _primer_settings(self, job: Job) -> dict[str, Any]:
         """The settings that name the job's music: a primer to continue or fill, a melody."""
@@ -113,16 +104,16 @@ class Runner:
             return {"accompany": str(p["path"])}
         return {"primer": str(p["path"]), "primer_seconds": p.get("seconds")} if p else {}
 
-    def _write(self, job: Job, gen: Generation, stream: _Stream) -> dict[str, Any]:
-        """sample-K.mid and sample-K.wav per variation, and job.json, into the job's folder (with
-        the melody the job was given there, a recorded one)."""
+    def _write(self, job: Job, gen: Generation, final: list[tuple[list, list]]) -> dict[str, Any]:
+        """sample-K.mid and sample-K.wav per variation, and job.json with each variation's `final`
+        notes and new-note flags, into the job's folder (with the melody the job was given there, a
+        recorded one)."""
         variations, folder = [], self.data / "jobs" / job.id
         with atomic_dir(folder) as tmp:
-            for k, (score, notes, stats) in enumerate(zip(gen.scores, gen.notes, gen.stats)):
+            for k, (score, notes, stats, (rows, new)) in enumerate(zip(gen.scores, gen.notes, gen.stats, final)):
                 write_midi(score, tmp / f"sample-{k}.mid")
                 audio, backend = synthesize(notes, sample_rate=self.sample_rate)
                 write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
-                rows, new = notes_json(notes, stream.new(notes))
                 variations.append({"index": k, "notes": stats["notes"], "seconds": stats["seconds"],
                                    "tokens": stats["tokens"], "audio": backend, "note_list": rows, "note_new": new})
             given = Path(job.primer["path"]) if job.primer else None
@@ -157,15 +148,30 @@ def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
 SERVER_ID = re.compile(r"^[0-9a-f]{12}$")  # the ids the server hands out (jobs, uploads)
 
 
-def stored_summary(data: Path, job_id: str) -> dict[str, Any] | None:
-    """A finished job's job.json (without note lists), or None. Only an id of the server's own form
+def stored_record(data: Path, job_id: str) -> dict[str, Any] | None:
+    """A finished job's job.json, note lists included, or None. Only an id of the server's own form
     is joined to the data folder, so a client's string never becomes a path."""
     if not SERVER_ID.match(job_id):
         return None
     try:
-        return _without_notes(json.loads((data / "jobs" / job_id / "job.json").read_text()))
+        return json.loads((data / "jobs" / job_id / "job.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def stored_summary(data: Path, job_id: str) -> dict[str, Any] | None:
+    """A finished job's job.json without its note lists, or None (`stored_record`)."""
+    record = stored_record(data, job_id)
+    return None if record is None else _without_notes(record)
+
+
+def stored_variation(record: dict[str, Any], variation: int) -> dict[str, Any] | None:
+    """Variation `variation` of a job's record, with `note_new` (1 for each note the model wrote;
+    a job from before the flags: all of them), or None."""
+    for x in record["variations"]:
+        if x["index"] == variation:
+            return {"note_new": [1] * len(x["note_list"]), **x}
+    return None
 
 
 def stored_job(data: Path, job_id: str) -> Job | None:
@@ -178,22 +184,6 @@ def stored_job(data: Path, job_id: str) -> Job | None:
               started=summary.get("started"), finished=summary.get("finished"), result=summary)
     job.emit("done", result=summary)
     return job
-
-
-def stored_notes(data: Path, job_id: str, variation: int, key: str = "note_list") -> list | None:
-    """A finished variation's notes (`notes_json`), or with key="note_new" which of them are new."""
-    f = data / "jobs" / job_id / "job.json"
-    if not f.is_file():
-        return None
-    for x in json.loads(f.read_text())["variations"]:
-        if x["index"] == variation:
-            return x.get(key, [1] * len(x["note_list"]))  # a job from before the flags: all new
-    return None
-
-
-def stored_flags(data: Path, job_id: str, variation: int) -> list | None:
-    """Per note of `stored_notes`: 1 if the model wrote it, 0 if it was given."""
-    return stored_notes(data, job_id, variation, "note_new")
 
 
 # The page's default generation is one variation with a style and guidance (two rows: guided and

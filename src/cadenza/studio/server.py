@@ -37,13 +37,14 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     import torch
     import uvicorn
 
-    from cadenza.env.device import pick_device  # lazy: torch, FastAPI and the models load only to serve;
+    from cadenza.env.device import enable_tf32, pick_device  # lazy: torch, FastAPI and the models load only to serve;
     from cadenza.studio.app import Limits, create_app  # lazy: `launch` (tests, benchmarks) needs none of them
 
     if host not in LOOPBACK:
         print(f"warning: serving on {host}, not 127.0.0.1: anyone who can reach this machine can use the "
               "studio; there is no login", file=sys.stderr)
     dev = pick_device(device)
+    enable_tf32(dev)  # for the whole process, as `cadenza generate` decodes: TF32 on Ampere+ GPUs
     if dev.type == "cpu":  # jobs run side by side: each gets its share of the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max_running))
     folder = Path(data) if data else default_data()
