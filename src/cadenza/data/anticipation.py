@@ -123,6 +123,19 @@ def training_windows(store, split: str, context: int, tokenizer, tasks: TaskMix 
     return WindowDataset(store, split, context, tokenizer=tokenizer, **kwargs)
 
 
+def window_ids(tok, g: GridNotes, given: np.ndarray | None, at_start: bool, at_end: bool) -> np.ndarray:
+    """A training window's ids after its style token: [task] [BOS] notes (the `given` ones as
+    controls, without loudness) [EOS], as the tokenizer interleaves them."""
+    head = [tok.task_id(given is not None)] + ([tok.bos_id] if at_start else [])
+    if given is None:
+        body = tok.encode_grid(g)
+    else:
+        controls = g.take(given)
+        controls.velocity = np.zeros_like(controls.velocity)
+        body = tok.encode_grid(g.take(~given), controls, clock=-tok.lead)
+    return np.concatenate([head, body, [tok.eos_id] if at_end else []]).astype(np.int64)
+
+
 class AnticipationWindows(WindowDataset):
     """Training windows for a tokenizer that anticipates (`Tokenizer.anticipates`): pieces are
     read from the store as notes, and every window is built by `TaskMix` as the module says.
@@ -161,16 +174,7 @@ class AnticipationWindows(WindowDataset):
         return torch.from_numpy(self.with_style(out, k, rng))
 
     def sequence(self, g: GridNotes, given: np.ndarray | None, at_start: bool, at_end: bool) -> np.ndarray:
-        """[task] [BOS] notes (and controls) [EOS], as the tokenizer interleaves them."""
-        tok = self.tok
-        head = [tok.task_id(given is not None)] + ([tok.bos_id] if at_start else [])
-        if given is None:
-            body = tok.encode_grid(g)
-        else:
-            controls = g.take(given)
-            controls.velocity = np.zeros_like(controls.velocity)
-            body = tok.encode_grid(g.take(~given), controls, clock=-tok.lead)
-        return np.concatenate([head, body, [tok.eos_id] if at_end else []]).astype(np.int64)
+        return window_ids(self.tok, g, given, at_start, at_end)
 
     def _augment(self, g: GridNotes, rng: np.random.Generator) -> GridNotes:
         if self.stretch and len(g):

@@ -32,7 +32,7 @@ from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.env.device import pick_device
 from cadenza.evaluation.classifier import StyleClassifier
 from cadenza.evaluation.features import excerpt, style_features
-from cadenza.evaluation.metrics import compare_sets
+from cadenza.evaluation.metrics import mean_overlap
 from cadenza.evaluation.nll import token_nll
 from cadenza.evaluation.spans import draw_spans, encodings, infill, span_nll
 from cadenza.evaluation.styles import classifier_report
@@ -176,12 +176,6 @@ def nats_per_note(m: Model, split: str) -> dict[str, Any]:
 
 
 # -- 3. infilling ----------------------------------------------------------------------------------
-
-def mean_overlap(generated: list, reference: list) -> float:
-    """The Yang & Lerch overlap of two sets' musical metrics, averaged over the metrics."""
-    vals = [v["overlap"] for v in compare_sets(generated, reference).values() if np.isfinite(v["overlap"])]
-    return float(np.mean(vals)) if vals else float("nan")
-
 
 def infilling_report(new: Model, cfg: AnticipationEvalConfig) -> dict[str, Any]:
     """The spans' NLL both ways, and per style the overlap of the fills' metrics with the real

@@ -316,3 +316,9 @@ def compare_sets(generated: Sequence, reference: Sequence, names: Sequence[str] 
         }
     return out
 
+
+def mean_overlap(generated: Sequence, reference: Sequence) -> float:
+    """The overlapping area of two sets' metric distributions (`compare_sets`), averaged over the
+    metrics that have one: one number for how alike two sets of pieces are."""
+    vals = [m["overlap"] for m in compare_sets(generated, reference).values() if np.isfinite(m["overlap"])]
+    return float(np.mean(vals)) if vals else NAN

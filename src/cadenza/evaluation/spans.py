@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cadenza.data.anticipation import window_ids
 from cadenza.data.midi import Notes, write_midi
 from cadenza.data.tokenizers.note_grid import GridNotes
 from cadenza.evaluation.features import excerpt
@@ -84,20 +85,17 @@ def span_music(tok, body: np.ndarray, clock: int, prefix_notes: int, end: int) -
 
 
 def encodings(tok, span: Span) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{"plain" | "anticipatory": (ids from the style token on, the mask of the span's music)}."""
+    """{"plain" | "anticipatory": (ids from the style token on, the mask of the span's music)}:
+    the excerpt as a training window encodes it (`window_ids`), without and with its suffix given."""
     g = span.notes
     prefix = int(np.count_nonzero(g.onset < span.start))
-    given = g.onset >= span.end
-    controls = g.take(given)
-    controls.velocity = np.zeros_like(controls.velocity)  # controls carry no loudness, as in training
-    bodies = {"plain": (tok.encode_grid(g), 0, False),
-              "anticipatory": (tok.encode_grid(g.take(~given), controls, clock=-tok.lead), -tok.lead, True)}
+    style = tok.style_prefix(span.style if span.style in tok.styles else None)
     out = {}
-    for name, (body, clock, anticipate) in bodies.items():
-        head = tok.window_prefix(span.style if span.style in tok.styles else None, anticipate)
-        head = np.array(head + ([tok.bos_id] if span.at_start else []), np.int64)
-        mask = span_music(tok, body, clock, prefix, span.end)
-        out[name] = (np.concatenate([head, body]), np.concatenate([np.zeros(head.size, bool), mask]))
+    for name, given, clock in (("plain", None, 0), ("anticipatory", g.onset >= span.end, -tok.lead)):
+        ids = np.concatenate([style, window_ids(tok, g, given, span.at_start, False)]).astype(np.int64)
+        head = len(style) + 1 + span.at_start  # the style token, the task flag, BOS
+        mask = np.concatenate([np.zeros(head, bool), span_music(tok, ids[head:], clock, prefix, span.end)])
+        out[name] = (ids, mask)
     return out
 
 

@@ -24,7 +24,7 @@ from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.evaluation.classifier import StyleClassifier, confusion, confusion_png, excerpts
 from cadenza.evaluation.features import style_features
 from cadenza.evaluation.memorisation import RunFinder
-from cadenza.evaluation.metrics import compare_sets
+from cadenza.evaluation.metrics import mean_overlap
 from cadenza.generation.generate import generate
 from cadenza.models import checkpoint as ckpt
 from cadenza.models.zoo import resolve_model
@@ -103,10 +103,6 @@ def _style_report(store: TokenStore, clf: StyleClassifier, style: str, samples: 
         out[f"accuracy_{key}"] = float(np.mean([p == style for p in got]))
     train = [n for s, n in real["train"] if s == style]
     test = [n for s, n in real["test"] if s == style]
-
-    def mean_overlap(a, b) -> float:
-        vals = [m["overlap"] for m in compare_sets(a, b).values() if np.isfinite(m["overlap"])]
-        return float(np.mean(vals)) if vals else float("nan")
 
     out["overlap"] = mean_overlap(samples[cfg.guidance], train)
     out["ceiling"] = mean_overlap(test, train) if test else float("nan")
