@@ -57,11 +57,12 @@ def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float
     out = Path(out)
     data, run, samples = out / "data", out / "run", out / "samples"
     _say("1/7 listen: the shipped style model plays each of its styles (no training needed)")
-    shipped = play_shipped(out / "shipped", seconds, seed)
+    card = shipped_card()
+    shipped = play_shipped(card, out / "shipped", seconds, seed)
     _say("2/7 prepare: the Bach chorales from music21's bundled corpus (no download)")
     store = _bach_store(data)
     _say("3/7 play along: the shipped model continues, fills in and harmonises a held-out chorale")
-    shipped += play_with_a_chorale(store, out / "shipped", seed)
+    shipped += play_with_a_chorale(card, store, out / "shipped", seed)
     _say(f"4/7 train your own: the tiny Music Transformer on the chorales for {minutes:g} minutes")
     shutil.rmtree(run, ignore_errors=True)  # a demo always starts from scratch
     cfg = resolve("tiny", None, [f"seed={seed}"], max_minutes=minutes)
@@ -85,13 +86,19 @@ def run_demo(out: str | Path = "runs/demo", minutes: float = 4.0, seconds: float
     return 0 if result.valid_loss is not None and result.valid_loss < result.unigram_nll else 1
 
 
-def play_shipped(out: Path, seconds: float, seed: int) -> list[dict]:
-    """One sample per style of the shipped model, rendered, classified and measured. -> rendered files."""
+def shipped_card() -> dict | None:
+    """The shipped model's card (its style classifier, real metric means and guidance), or None
+    where this installation has no shipped model."""
     if DEFAULT not in [m["name"] for m in list_models()]:
         print("no shipped model in this installation: skipping")
+        return None
+    return json.loads((resolve_model(DEFAULT) / "classifier.json").read_text())
+
+
+def play_shipped(card: dict | None, out: Path, seconds: float, seed: int) -> list[dict]:
+    """One sample per style of the shipped model, rendered, classified and measured. -> rendered files."""
+    if card is None:
         return []
-    folder = resolve_model(DEFAULT)
-    card = json.loads((folder / "classifier.json").read_text())
     clf = StyleClassifier.from_dict(card)
     rendered, rows = [], []
     for style in clf.styles:
@@ -111,35 +118,32 @@ def play_shipped(out: Path, seconds: float, seed: int) -> list[dict]:
     return rendered
 
 
-def play_with_a_chorale(store, out: Path, seed: int) -> list[dict]:
+def play_with_a_chorale(card: dict | None, store, out: Path, seed: int) -> list[dict]:
     """The shipped model with a held-out chorale: continued from its first 8 s, its notes starting
     in 4-8 s rewritten (the rest kept exactly), its melody harmonised. -> rendered files."""
-    if DEFAULT not in [m["name"] for m in list_models()] or not store.split("test"):
-        print("no shipped model or no held-out chorale: skipping")
+    if card is None or not store.split("test"):
         return []
     chorale = store.split("test")[0].source
-    guidance = json.loads((resolve_model(DEFAULT) / "classifier.json").read_text()).get("guidance", 2.0)
     asks = {"continued": {"primer": chorale, "primer_seconds": 8.0, "seconds": 16.0, "stop_at_eos": False},
             "infilled": {"primer": chorale, "infill": "4:8"}, "harmonised": {"accompany": chorale}}
-    original = read_notes(chorale, programs=True)[0]
     rendered = []
     for name, ask in asks.items():
-        g = generate(DEFAULT, style="bach", guidance=guidance, seed=seed, out=out / name, **ask)
+        g = generate(DEFAULT, style="bach", guidance=card.get("guidance", 2.0), seed=seed, out=out / name, **ask)
         path = g.paths[0].rename(out / f"chorale-{name}.mid")
         rendered.append(render_file(path, wav=True, png=True))
-        print(f"  {name:<10} {_what_changed(name, original, g.notes[0])}")
+        print(f"  {name:<10} {_what_changed(name, g)}")
     return rendered
 
 
-def _what_changed(name: str, original, notes) -> str:
+def _what_changed(name: str, g) -> str:
     """One line on what the model kept of the chorale and what it wrote."""
-    given = {(round(s, 3), int(p)) for s, p in zip(original.start, original.pitch)}
-    kept = sum((round(s, 3), int(p)) in given for s, p in zip(notes.start, notes.pitch))
+    total = len(g.notes[0])
     if name == "continued":
-        return f"{len(notes)} notes: the first 8 s of the chorale, then the model's"
+        return f"{total} notes: the first 8 s of the chorale, then the model's"
+    kept = len(g.prompt.request.given)  # the notes given back exactly: the first of `notes`
     if name == "infilled":
-        return f"{kept} notes outside 4-8 s kept exactly, {len(notes) - kept} new notes inside it"
-    return f"the melody's {kept} notes kept, {len(notes) - kept} notes written under it"
+        return f"{kept} notes outside 4-8 s kept exactly, {total - kept} new notes inside it"
+    return f"the melody's {kept} notes kept, {total - kept} notes written under it"
 
 
 def _bach_store(data: Path):
