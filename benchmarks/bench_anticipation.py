@@ -15,13 +15,14 @@ command), durations.png and infilling.png to --out. `--parts` measures some of t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 
 
 def main(argv=None) -> int:
-    from cadenza.cli.common import add_settings
+    from card_tables import short_value
+
+    from cadenza.cli.common import add_settings, settings_of
     from cadenza.evaluation.anticipation import PARTS, AnticipationEvalConfig, evaluate_anticipation
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,8 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto")
     add_settings(ap, AnticipationEvalConfig, "measurement settings")
     a = ap.parse_args(argv)
-    settings = {f.name: getattr(a, f.name) for f in dataclasses.fields(AnticipationEvalConfig)
-                if getattr(a, f.name) is not None}
+    settings = settings_of(a, AnticipationEvalConfig)
     report: dict = {"goals": {}, "seconds": {}}
     for part in a.parts:  # one at a time, so each part's figures show as soon as they are measured
         t = time.perf_counter()
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
         report.update(got)
         print(f"\n{part} ({report['seconds'][part]:.0f} s)")
         for name, g in goals.items():
-            print(f"  {'met' if g['met'] else 'NOT met':>8}  {name}: {_short(g['value'])} (goal: {g['goal']})")
+            print(f"  {'met' if g['met'] else 'NOT met':>8}  {name}: {short_value(g['value'])} (goal: {g['goal']})")
         if part == "likelihood":
             for m in ("old", "new"):
                 r = report["likelihood"][m]
@@ -58,12 +58,6 @@ def main(argv=None) -> int:
     payload = {"benchmark": "anticipation", **({"provisional": a.provisional} if a.provisional else {}), **report}
     write_result(str(Path(a.out) / "anticipation.json") if a.out else None, payload)
     return 0
-
-
-def _short(value) -> str:
-    if isinstance(value, list):
-        return " vs ".join(_short(v) for v in value)
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 if __name__ == "__main__":

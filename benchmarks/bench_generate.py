@@ -27,7 +27,9 @@ import time
 
 import torch
 
-from cadenza.data.tokenizers import NoteTokenizer, PerformanceTokenizer
+from cadenza.data.tokenizers import PerformanceTokenizer, tokenizer_from_dict
+from cadenza.models import checkpoint as ckpt
+from cadenza.models.zoo import DEFAULT, resolve_model
 
 # The compiled step with its attention in Inductor's loops instead of the native kernel: what the
 # kernel adds, in the same run (not a contestant for the goal).
@@ -35,9 +37,12 @@ ABLATION = "Inductor attention"
 SIZE = dict(d_model=256, n_layers=4, n_heads=4, d_ff=1024, context=512, dropout=0.0)
 # Per vocabulary: its tokenizer, and the style of the prompt (None: the vocabulary has none).
 VOCABS = {"performance": (lambda: PerformanceTokenizer(), None),
-          # the shipped `styles` model's vocabulary: its five styles, in its order (718 ids)
-          "notes": (lambda: NoteTokenizer().with_styles(["bach", "palestrina", "irish", "german", "chinese"]),
-                    "bach")}
+          "notes": (lambda: shipped_tokenizer(), "bach")}  # the shipped `styles` model's, its styles included
+
+
+def shipped_tokenizer():
+    """The shipped model's tokenizer, as its checkpoint records it (the note vocabulary, 718 ids)."""
+    return tokenizer_from_dict(ckpt.read_meta(ckpt.resolve(resolve_model(DEFAULT)))["tokenizer"])
 
 
 def vocabulary(vocab: str):

@@ -124,14 +124,15 @@ def anticipation_table() -> list[str]:
         old, new = like["old"]["nats_per_note"], like["new"]["nats_per_note"]
         out.append(f"| **all** | | | | | **{old:.3f}** | **{new:.3f}** |")
     out += ["", _source(r, path), ""]
-    out += [f"* {name.replace('_', ' ')}: {_met(g['met'])} ({_value(g['value'])}; goal: {g['goal']})."
+    out += [f"* {name.replace('_', ' ')}: {_met(g['met'])} ({short_value(g['value'])}; goal: {g['goal']})."
             for name, g in r.get("goals", {}).items()]
     return out
 
 
-def _value(v) -> str:
+def short_value(v) -> str:
+    """A goal's value for a line of text: a number to 3 digits, a pair as "a vs b"."""
     if isinstance(v, list):
-        return " vs ".join(_value(x) for x in v)
+        return " vs ".join(short_value(x) for x in v)
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 

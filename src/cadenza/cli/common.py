@@ -66,6 +66,11 @@ def add_settings(parser: argparse.ArgumentParser, cls, title: str, description: 
         target.add_argument(flag_of(f), dest=f.name, default=None, **_argument(f))
 
 
+def settings_of(args: argparse.Namespace, cls) -> dict[str, Any]:
+    """The fields of `cls` given on the command line (`add_settings` flags that were not left out)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None}
+
+
 def _argument(f: dataclasses.Field) -> dict[str, Any]:
     """add_argument's keywords for field `f` (all but its flag, dest and default)."""
     meta, kind = f.metadata, _kind(f)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 
-from cadenza.cli.common import add_settings, add_verb
+from cadenza.cli.common import add_settings, add_verb, settings_of
 from cadenza.generation.config import SamplingConfig
 
 EPILOG = """examples:
@@ -39,7 +38,7 @@ def run(a: argparse.Namespace) -> int:
     from cadenza.generation.generate import generate
 
     # each flag's dest is its SamplingConfig field, which validates it (and the error names the flag)
-    settings = {f.name: getattr(a, f.name) for f in fields(SamplingConfig) if getattr(a, f.name) is not None}
+    settings = settings_of(a, SamplingConfig)
     g = generate(a.checkpoint, settings, out=a.out, device=a.device, render=a.render, progress=not a.quiet)
     for path, s in zip(g.paths, g.stats):
         secs = f"{s['seconds']:.1f} s" if s["seconds"] is not None else "? s"
