@@ -37,22 +37,24 @@ def main(argv=None) -> int:
     add_settings(ap, AnticipationEvalConfig, "measurement settings")
     a = ap.parse_args(argv)
     settings = settings_of(a, AnticipationEvalConfig)
-    report: dict = {"goals": {}, "seconds": {}}
-    for part in a.parts:  # one at a time, so each part's figures show as soon as they are measured
-        t = time.perf_counter()
-        got = evaluate_anticipation(a.old, a.new, a.old_data, a.new_data, parts=(part,), out=a.out, device=a.device,
-                                    **settings)
-        report["seconds"][part] = time.perf_counter() - t
-        goals = got.pop("goals")
-        report["goals"].update(goals)
-        report.update(got)
-        print(f"\n{part} ({report['seconds'][part]:.0f} s)")
-        for name, g in goals.items():
-            print(f"  {'met' if g['met'] else 'NOT met':>8}  {name}: {short_value(g['value'])} (goal: {g['goal']})")
+    seconds: dict[str, float] = {}
+    last = time.perf_counter()
+
+    def show(part: str, report: dict) -> None:  # each part's figures as soon as they are measured
+        nonlocal last
+        seconds[part], last = time.perf_counter() - last, time.perf_counter()
+        print(f"\n{part} ({seconds[part]:.0f} s)")
+        for name, g in report["goals"].items():
+            if name.startswith(part):
+                print(f"  {'met' if g['met'] else 'NOT met':>8}  {name}: {short_value(g['value'])} (goal: {g['goal']})")
         if part == "likelihood":
             for m in ("old", "new"):
                 r = report["likelihood"][m]
                 print(f"  {m}: {r['nats_per_note']:.3f} nats/note ({r['nats_per_token']:.3f} nats/token)")
+
+    report = evaluate_anticipation(a.old, a.new, a.old_data, a.new_data, parts=a.parts, out=a.out, device=a.device,
+                                   on_part=show, **settings)
+    report["seconds"] = seconds
     from _record import write_result
 
     payload = {"benchmark": "anticipation", **({"provisional": a.provisional} if a.provisional else {}), **report}

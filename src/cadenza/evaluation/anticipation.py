@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -281,10 +282,12 @@ def accompaniment_report(new: Model, cfg: AnticipationEvalConfig, clf: StyleClas
 # -- all of it -------------------------------------------------------------------------------------
 
 def evaluate_anticipation(old, new, old_data, new_data, *, parts=PARTS, out: str | os.PathLike | None = None,
-                          device: str = "auto", **settings) -> dict[str, Any]:
+                          device: str = "auto", on_part: Callable[[str, dict], None] | None = None,
+                          **settings) -> dict[str, Any]:
     """The `parts` (of PARTS) of the module docstring for checkpoints `old` and `new`, each with the
     store of its vocabulary (the same pieces: `cadenza prepare` splits by content); with `out`,
-    durations.png and infilling.png there. `settings`: `AnticipationEvalConfig` fields."""
+    durations.png and infilling.png there; `on_part(part, report so far)` after each part.
+    `settings`: `AnticipationEvalConfig` fields."""
     cfg = validate(AnticipationEvalConfig(**settings))
     if unknown := set(parts) - set(PARTS):
         raise ValueError(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
@@ -294,20 +297,26 @@ def evaluate_anticipation(old, new, old_data, new_data, *, parts=PARTS, out: str
         raise ValueError(f"{old_data} and {new_data} hold different {cfg.split} pieces: prepare both from one corpus")
     report: dict[str, Any] = {"settings": asdict(cfg), "old": o.describe(), "new": n.describe()}
     out = Path(out) if out is not None else None
-    if "durations" in parts:
-        report["durations"], durations = durations_report(o, n, cfg)
-        if out is not None:
-            durations_png(durations, report["durations"], out / "durations.png")
-    if "likelihood" in parts:
-        report["likelihood"] = {"old": nats_per_note(o, cfg.split), "new": nats_per_note(n, cfg.split)}
-    if "infilling" in parts:
-        report["infilling"] = infilling_report(n, cfg)
-        if out is not None:
-            infilling_png(report["infilling"], out / "infilling.png")
-    if "accompaniment" in parts:
-        clf, real = classifier_report(n.store, cfg.seconds, cfg.seed)
-        report["classifier"] = real["report"]
-        report["accompaniment"] = accompaniment_report(n, cfg, clf)
+    for part in PARTS:
+        if part not in parts:
+            continue
+        if part == "durations":
+            report["durations"], durations = durations_report(o, n, cfg)
+            if out is not None:
+                durations_png(durations, report["durations"], out / "durations.png")
+        elif part == "likelihood":
+            report["likelihood"] = {"old": nats_per_note(o, cfg.split), "new": nats_per_note(n, cfg.split)}
+        elif part == "infilling":
+            report["infilling"] = infilling_report(n, cfg)
+            if out is not None:
+                infilling_png(report["infilling"], out / "infilling.png")
+        else:
+            clf, real = classifier_report(n.store, cfg.seconds, cfg.seed)
+            report["classifier"] = real["report"]
+            report["accompaniment"] = accompaniment_report(n, cfg, clf)
+        report["goals"] = goals(report)
+        if on_part is not None:
+            on_part(part, report)
     report["goals"] = goals(report)
     return report
 
