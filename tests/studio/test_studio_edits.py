@@ -164,3 +164,21 @@ def test_a_full_queue_is_a_429_and_leaves_no_folder_behind(client, upload):
         for r in held:
             wait_until(lambda r=r: client.get(f"/api/jobs/{r.json()['id']}").json()["status"] == "done", timeout=30)
         client.app_state.jobs._run = real
+
+
+def test_a_cancelled_accompaniment_leaves_no_folder_behind(client):
+    real, jobs = client.app_state.jobs._run, client.app_state.data / "jobs"
+    gate = blocking(client.app_state)
+    try:
+        running, waiting = (client.post("/api/accompany", json={"model": MODEL, "notes": TUNE}).json()
+                            for _ in range(2))
+        wait_until(lambda: client.get(f"/api/jobs/{running['id']}").json()["status"] == "running", timeout=30)
+        assert (jobs / waiting["id"] / "melody.mid").is_file()
+        for job in (waiting, running):  # one that never started, one stopped mid-way
+            client.delete(f"/api/jobs/{job['id']}")
+            wait_until(lambda job=job: client.get(f"/api/jobs/{job['id']}").json()["status"] == "cancelled",
+                       timeout=30)
+            assert not (jobs / job["id"]).exists()
+    finally:
+        gate.set()
+        client.app_state.jobs._run = real

@@ -62,7 +62,7 @@ def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
             refuse(("body", "notes"), "give exactly one of upload, result or notes: the melody")
         else:
             melody, name = _recorded(req, limits), f"played melody ({len(req.notes)} notes)"
-        folder /= job.id  # the melody goes into the job's own folder, under a name the server chose
+        job.scratch = folder = folder / job.id  # the melody goes into the job's own folder, named by the server
         job.primer = {"task": "accompany", "path": write_midi(melody, folder / MELODY), "name": name,
                       "end": melody.duration}
         try:

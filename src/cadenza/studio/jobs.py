@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cadenza.studio import memory
@@ -46,6 +48,7 @@ class Job:
     result: dict[str, Any] | None = None
     events: list[bytes | None] = field(default_factory=list)  # server-sent events; None: superseded
     cancel_requested: bool = False  # set by `JobQueue.cancel`, read by the worker after every token
+    scratch: Path | None = None  # a folder the request wrote for the job (a melody): kept only if it ends done
     _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)  # an event came
     _latest_notes: dict[int, int] = field(default_factory=dict, repr=False)  # variation -> index in events
 
@@ -156,6 +159,8 @@ class JobQueue:
         with self._lock:  # at most `keep_finished` between bursts too, not only when the next job comes
             job.status, job.finished = status, time.time()
             self._forget_old()
+        if status != "done" and job.scratch is not None:  # no folder without its job.json stays behind
+            shutil.rmtree(job.scratch, ignore_errors=True)
         extra = {"result": job.result} if job.result else {"error": job.error} if job.error else {}
         job.emit(status, **extra)
 
