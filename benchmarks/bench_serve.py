@@ -88,12 +88,16 @@ def one_job(base: str, path: str, body: dict) -> dict:
     return out
 
 
+def style_of(styles: list[str], k: int, r: int) -> dict:
+    """Client k's style in round r: each style in turn ({} for a model without styles)."""
+    return {"style": styles[(k + r) % len(styles)]} if styles else {}
+
+
 def generation(model: str, styles: list[str], seconds: float):
     """Job k of round r: a generation of `seconds` of music, each style in turn."""
     def job(k: int, r: int) -> tuple[str, dict]:
-        style = {"style": styles[(k + r) % len(styles)]} if styles else {}
         return "/api/jobs", {"model": model, "settings": {"seconds": seconds, "seed": 1000 * r + k,
-                                                           "stop_at_eos": False, **style}}
+                                                           "stop_at_eos": False, **style_of(styles, k, r)}}
     return job
 
 
@@ -110,9 +114,8 @@ def infill(base: str, model: str, styles: list[str]):
         raise SystemExit(f"could not make the piece to fill: {piece['error']}")
 
     def job(k: int, r: int) -> tuple[str, dict]:
-        style = {"style": styles[(k + r) % len(styles)]} if styles else {}
         return "/api/infill", {"model": model, "result": {"job": piece["id"], "variation": 0}, "start": SPAN[0],
-                               "end": SPAN[1], "settings": {"seed": 1000 * r + k, **style}}
+                               "end": SPAN[1], "settings": {"seed": 1000 * r + k, **style_of(styles, k, r)}}
     return job
 
 
@@ -130,8 +133,8 @@ def accompany(base: str, model: str, styles: list[str]):
     tune = melody()
 
     def job(k: int, r: int) -> tuple[str, dict]:
-        style = {"style": styles[(k + r) % len(styles)]} if styles else {}
-        return "/api/accompany", {"model": model, "notes": tune, "settings": {"seed": 1000 * r + k, **style}}
+        return "/api/accompany", {"model": model, "notes": tune,
+                                  "settings": {"seed": 1000 * r + k, **style_of(styles, k, r)}}
     return job
 
 

@@ -297,9 +297,7 @@ def evaluate_anticipation(old, new, old_data, new_data, *, parts=PARTS, out: str
         raise ValueError(f"{old_data} and {new_data} hold different {cfg.split} pieces: prepare both from one corpus")
     report: dict[str, Any] = {"settings": asdict(cfg), "old": o.describe(), "new": n.describe()}
     out = Path(out) if out is not None else None
-    for part in PARTS:
-        if part not in parts:
-            continue
+    for part in (p for p in PARTS if p in parts):
         if part == "durations":
             report["durations"], durations = durations_report(o, n, cfg)
             if out is not None:
@@ -314,9 +312,8 @@ def evaluate_anticipation(old, new, old_data, new_data, *, parts=PARTS, out: str
             clf, real = classifier_report(n.store, cfg.seconds, cfg.seed)
             report["classifier"] = real["report"]
             report["accompaniment"] = accompaniment_report(n, cfg, clf)
-        report["goals"] = goals(report)
         if on_part is not None:
-            on_part(part, report)
+            on_part(part, {**report, "goals": goals(report)})
     report["goals"] = goals(report)
     return report
 

@@ -32,9 +32,9 @@ from cadenza.studio.media import read_upload, score_svg
 from cadenza.studio.registry import Registry, UnknownModel
 from cadenza.studio.requests import SET_BY_REQUEST, JobRequest, checked_settings, result_piece, submit, upload_piece
 from cadenza.studio.runner import (
-    SERVER_ID,
     Runner,
     history,
+    job_folder,
     notes_json,
     stored_job,
     stored_record,
@@ -180,9 +180,9 @@ KINDS = {"midi": ("mid", "audio/midi", "the MIDI file"), "wav": ("wav", "audio/w
 
 def _file_routes(app: FastAPI, data: Path) -> None:
     def folder(job_id: str, variation: int) -> Path:
-        if not (SERVER_ID.match(job_id) and (data / "jobs" / job_id / "job.json").is_file()):  # no client path
+        if (found := job_folder(data, job_id)) is None:
             raise HTTPException(404, f"no finished job {job_id!r}")
-        base = data / "jobs" / job_id / f"sample-{variation}.mid"
+        base = found / f"sample-{variation}.mid"
         if not base.is_file():
             raise HTTPException(404, f"job {job_id} has no variation {variation}")
         return base

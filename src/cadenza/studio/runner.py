@@ -148,13 +148,18 @@ def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
 SERVER_ID = re.compile(r"^[0-9a-f]{12}$")  # the ids the server hands out (jobs, uploads)
 
 
+def job_folder(data: Path, job_id: str) -> Path | None:
+    """The folder of a finished job (one with its job.json), or None. Only an id of the server's own
+    form is joined to the data folder, so a client's string never becomes a path."""
+    folder = data / "jobs" / job_id if SERVER_ID.match(job_id) else None
+    return folder if folder is not None and (folder / "job.json").is_file() else None
+
+
 def stored_record(data: Path, job_id: str) -> dict[str, Any] | None:
-    """A finished job's job.json, note lists included, or None. Only an id of the server's own form
-    is joined to the data folder, so a client's string never becomes a path."""
-    if not SERVER_ID.match(job_id):
-        return None
+    """A finished job's job.json, note lists included, or None (`job_folder`)."""
+    folder = job_folder(data, job_id)
     try:
-        return json.loads((data / "jobs" / job_id / "job.json").read_text())
+        return json.loads((folder / "job.json").read_text()) if folder is not None else None
     except (OSError, json.JSONDecodeError):
         return None
 
