@@ -88,7 +88,8 @@ def test_evaluate_nll_and_samples_in_one_call(run, store, tmp_path):
         cadenza.evaluate(run)
 
 
-def test_benchmark_trains_scores_and_keeps_its_evidence(tmp_path):
+def jsb_mat(folder):
+    """A tiny piano-roll data set in the benchmark's .mat layout."""
     from scipy.io import savemat
 
     rng = np.random.default_rng(0)
@@ -101,8 +102,13 @@ def test_benchmark_trains_scores_and_keeps_its_evidence(tmp_path):
             out[i] = r
         return out
 
-    mat = tmp_path / "JSB_Chorales.mat"
+    mat = folder / "JSB_Chorales.mat"
     savemat(mat, {"traindata": rolls(6), "validdata": rolls(2), "testdata": rolls(2)})
+    return mat
+
+
+def test_benchmark_trains_scores_and_keeps_its_evidence(tmp_path):
+    mat = jsb_mat(tmp_path)
     res = cadenza.benchmark("polyphonic", mat, tmp_path / "run", max_steps=2, device="cpu", progress=False,
                             overrides=SMALL)
     assert res["dataset"] == "jsb" and np.isfinite(res["test"]) and np.isfinite(res["valid"])
@@ -111,6 +117,23 @@ def test_benchmark_trains_scores_and_keeps_its_evidence(tmp_path):
     assert saved["cpu"]["isa"] is not None and saved["torch_threads"] >= 1 and saved["steps"] == 2
     again = cadenza.benchmark("polyphonic", mat, evaluate=tmp_path / "run", device="cpu")
     assert again["test"] == pytest.approx(res["test"])  # scoring is deterministic
+
+
+def test_an_interrupted_benchmark_resumes_where_it_stopped(tmp_path):
+    # A long CPU benchmark cut by a machine reset continues from its checkpoint, not from step 0.
+    mat = jsb_mat(tmp_path)
+    cadenza.benchmark("polyphonic", mat, tmp_path / "run", max_steps=2, device="cpu", progress=False,
+                      overrides=SMALL)
+    with pytest.raises(FileExistsError, match="--resume"):
+        cadenza.benchmark("polyphonic", mat, tmp_path / "run", max_steps=4, device="cpu", progress=False,
+                          overrides=SMALL)
+    res = cadenza.benchmark("polyphonic", mat, tmp_path / "run", max_steps=4, device="cpu", progress=False,
+                            resume=True)
+    assert res["steps"] == 4 and "resumed at step 2" in res["note"]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [r["step"] for r in run["resumes"]] == [2]
+    with pytest.raises(ValueError, match="--resume"):
+        cadenza.benchmark("polyphonic", mat, tmp_path / "run", evaluate=tmp_path / "run", resume=True)
 
 
 def test_doctor_reports_and_diagnoses():

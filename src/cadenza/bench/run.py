@@ -34,17 +34,22 @@ def task_module(task: str):
 def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None = None, *,
               evaluate: str | os.PathLike | None = None, dataset: str | None = None, preset: str | None = None,
               config_file: str | None = None, overrides: list[str] = (), device: str | None = None,
-              progress: bool = True, command: str | None = None, **settings: Any) -> dict[str, Any]:
+              resume: bool = False, progress: bool = True, command: str | None = None,
+              **settings: Any) -> dict[str, Any]:
     """Train and score (`out`), or only score an existing run (`evaluate`). `settings` are training
-    settings (max_steps, max_minutes, seed, transpose, precision, ...) over the task's preset."""
+    settings (max_steps, max_minutes, seed, transpose, precision, ...) over the task's preset; with
+    `resume`, over the saved config of the interrupted run in `out`, which continues exactly."""
     mod = task_module(task)
     key = (dataset or mod.dataset_key(data)) if task == "polyphonic" else "jsb16"
     if not (evaluate or out):
         raise ValueError("give a run folder to train and score (--out) or one to score only (--evaluate)")
     run_dir = Path(evaluate or out)
     store_dir = run_dir / "store"
+    if resume and (evaluate or preset):
+        raise ValueError("--resume continues the run in --out with its saved config; drop --evaluate / --preset")
     if not evaluate:  # every setting is checked before any data is read
-        cfg = resolve(preset or f"bench-{key}", config_file, list(overrides), device=device, **settings)
+        cfg = resolve(preset or f"bench-{key}", config_file, list(overrides), device=device,
+                      run_dir=run_dir if resume else None, **settings)
     try:
         store = TokenStore(store_dir)
     except StoreError:
@@ -52,8 +57,12 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
     train_info: dict[str, Any] = {}
     if not evaluate:
         t0 = time.time()
-        res = train(cfg, store_dir, run_dir, progress=progress, command=command)
+        start = ckpt.read_meta(ckpt.resume_point(run_dir))["step"] if resume else 0
+        res = train(cfg, store_dir, run_dir, resume=resume, progress=progress, command=command)
         train_info = {"steps": res.step, "stopped_by": res.stopped_by, "train_minutes": (time.time() - t0) / 60}
+        if start:  # the minutes before the interruption are not known here; say so beside the figure
+            train_info["note"] = (f"interrupted and resumed at step {start} with --resume; its train minutes "
+                                  f"count steps {start}-{res.step} only")
     result = score(run_dir, store, mod, key, device or "auto")
     result.update(train_info)
     result.update(evidence(run_dir))

@@ -11,6 +11,7 @@ EPILOG = """examples:
   cadenza bench polyphonic --dataset jsb --data JSB_Chorales.mat --out runs/jsb --max-minutes 20
   cadenza bench polyphonic --dataset jsb --data JSB_Chorales.mat --evaluate runs/jsb
   cadenza bench jsb16 --data Jsb16thSeparated.npz --out runs/jsb16
+  cadenza bench jsb16 --data Jsb16thSeparated.npz --out runs/jsb16 --resume   (after an interruption)
 data: the .mat files of Boulanger-Lewandowski et al. (2012) and Jsb16thSeparated.npz of Coconet;
 see docs/benchmarks.md for where to get them."""
 
@@ -26,6 +27,8 @@ def register(sub) -> argparse.ArgumentParser:
                    help="polyphonic: which data set (default: from the file name)")
     p.add_argument("--data", required=True, help="the benchmark's .mat / .npz file")
     p.add_argument("--out", help="run folder (its store, checkpoints and bench.json)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --out from its last checkpoint, then score it")
     p.add_argument("--evaluate", metavar="RUN", help="score RUN's best checkpoint on the test split; no training")
     p.add_argument("--preset", default=None, help="default: the benchmark's 2-core CPU recipe (bench-<dataset>); "
                    "bench-gpu (piano rolls) and bench-jsb16-gpu are the one-GPU recipes")
@@ -47,7 +50,8 @@ def run(a: argparse.Namespace) -> int:
     from cadenza.bench.run import benchmark, task_module
 
     result = benchmark(a.task, a.data, a.out, evaluate=a.evaluate, dataset=a.dataset, preset=a.preset,
-                       config_file=a.config, overrides=a.overrides, device=a.device, progress=not a.quiet,
+                       config_file=a.config, overrides=a.overrides, device=a.device, resume=a.resume,
+                       progress=not a.quiet,
                        **{k: getattr(a, k) for k in DIRECT})
     mod, key = task_module(a.task), result["dataset"]
     unit = "frame" if a.task == "polyphonic" else "token"
