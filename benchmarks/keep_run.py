@@ -27,8 +27,8 @@ def keep(run: Path, results: Path = RESULTS) -> Path:
     elif (run / "bench-evaluate.json").exists():
         r = interrupted(run)
     else:
-        raise SystemExit(f"{run}: no bench.json (the run has not finished: score its best checkpoint "
-                         "with `cadenza bench TASK --evaluate RUN`)")
+        raise SystemExit(f"{run}: no bench.json (the run has not finished: continue it with its command plus "
+                         "--resume, or score its best checkpoint with `cadenza bench TASK --evaluate RUN`)")
     config = run / "config.json"
     if config.exists():
         r["config"] = json.loads(config.read_text())
