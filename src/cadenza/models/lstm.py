@@ -76,8 +76,15 @@ class MusicLSTM(nn.Module):
             return False
         observed = self._autocast_cell_dtype
         if dev not in observed:  # what autocast makes of the cell here, seen once on a one-token input
-            with torch.no_grad():
-                observed[dev] = self.lstm(x[:1, :1].detach())[0].dtype
+            training = self.lstm.training
+            # in eval mode: the cell's dropout would draw from the RNG, and a resumed run, which
+            # looks again after restoring it, would then draw different masks from the run it continues
+            self.lstm.train(False)
+            try:
+                with torch.no_grad():
+                    observed[dev] = self.lstm(x[:1, :1].detach())[0].dtype
+            finally:
+                self.lstm.train(training)
         return observed[dev] == torch.float16
 
     def flops_per_token(self, seq_len: int) -> float:
