@@ -29,13 +29,16 @@ def keep(run: Path, results: Path = RESULTS) -> Path:
     else:
         raise SystemExit(f"{run}: no bench.json (the run has not finished: continue it with its command plus "
                          "--resume, or score its best checkpoint with `cadenza bench TASK --evaluate RUN`)")
+    if "--resume" in r.get("command", "").split():  # the command that started the run is the one to re-run
+        r["resume_command"] = r["command"]
+        r["command"] = json.loads((run / "run.json").read_text())["command"]
     config = run / "config.json"
     if config.exists():
         r["config"] = json.loads(config.read_text())
     # Only the checkpoint's name: the folder it lived in belongs to the machine that ran it.
     r["checkpoint"] = Path(r.get("checkpoint", "")).name
     r["run"] = run.name
-    for key in ("command", "evaluate_command"):
+    for key in ("command", "evaluate_command", "resume_command"):
         if key in r:
             r[key] = portable(r[key])
     out = results / r["dataset"] / f"{run.name}.json"

@@ -71,3 +71,16 @@ def test_kept_runs_name_no_folder_of_the_machine_that_ran_them(tmp_path):
     for f in (ROOT / "benchmarks" / "results").rglob("*.json"):
         commands = [v for k, v in json.loads(f.read_text()).items() if k.endswith("command")]
         assert not any(" /" in c for c in commands), f"{f}: an absolute path in {commands}"
+
+
+def test_a_resumed_run_is_kept_with_the_command_that_started_it(tmp_path):
+    keep_run = load_benchmark("keep_run")
+    run = tmp_path / "j16-s0"
+    run.mkdir()
+    start = "cadenza bench jsb16 --data x.npz --out runs/j16-s0 --max-steps 800 model=lstm"
+    (run / "run.json").write_text(json.dumps({"command": start}))
+    resumed = "cadenza bench jsb16 --data x.npz --out runs/j16-s0 --resume"
+    (run / "bench.json").write_text(json.dumps({"dataset": "jsb16", "valid": 0.5, "test": 0.5, "command": resumed,
+                                                "note": "interrupted and resumed at step 300"}))
+    kept = json.loads(keep_run.keep(run, tmp_path / "results").read_text())
+    assert kept["command"] == start and kept["resume_command"].endswith("--resume") and kept["note"]
