@@ -57,10 +57,10 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
     train_info: dict[str, Any] = {}
     if not evaluate:
         t0 = time.time()
-        start = ckpt.read_meta(ckpt.resume_point(run_dir))["step"] if resume else 0
         res = train(cfg, store_dir, run_dir, resume=resume, progress=progress, command=command)
         train_info = {"steps": res.step, "stopped_by": res.stopped_by, "train_minutes": (time.time() - t0) / 60}
-        if start:  # the minutes before the interruption are not known here; say so beside the figure
+        if resume:  # the minutes before the interruption are not known here; say so beside the figure
+            start = json.loads((run_dir / "run.json").read_text())["resumes"][-1]["step"]
             train_info["note"] = (f"interrupted and resumed at step {start} with --resume; its train minutes "
                                   f"count steps {start}-{res.step} only")
     result = score(run_dir, store, mod, key, device or "auto")
