@@ -31,7 +31,8 @@ def register(sub) -> argparse.ArgumentParser:
                    help="continue the interrupted run in --out from its last checkpoint, then score it")
     p.add_argument("--evaluate", metavar="RUN", help="score RUN's best checkpoint on the test split; no training")
     p.add_argument("--preset", default=None, help="default: the benchmark's 2-core CPU recipe (bench-<dataset>); "
-                   "bench-gpu (piano rolls) and bench-jsb16-gpu are the one-GPU recipes")
+                   "bench-jsb-lstm: JSB's headline LSTM; bench-gpu (piano rolls) and bench-jsb16-gpu are the "
+                   "one-GPU recipes")
     p.add_argument("--config", default=None)
     p.add_argument("--max-minutes", type=float, default=None)
     p.add_argument("--max-steps", type=int, default=None)
