@@ -51,10 +51,13 @@ def keep(run: Path, results: Path = RESULTS) -> Path:
 
 def portable(command: str) -> str:
     """The command with absolute paths written relative to the repository (``../shared/data/...``):
-    the record is read on other machines, and the docs never name this one's folders."""
+    the record is read on other machines, and the docs never name this one's folders. `--quiet`
+    (no progress bars, for the queue's log files) is left out: it changes nothing in the result."""
     root = RESULTS.parent.parent
     words = []
     for w in command.split(" "):
+        if w == "--quiet":
+            continue
         if w.startswith("/") and Path(w).exists():
             w = os.path.relpath(w, root)
         words.append(w)
@@ -66,7 +69,7 @@ def interrupted(run: Path) -> dict:
     bench-evaluate.json, with the training command and what happened said in the record."""
     r = json.loads((run / "bench-evaluate.json").read_text())
     r["evaluate_command"] = r["command"]
-    r["command"] = json.loads((run / "run.json").read_text())["command"].replace(" --quiet", "")
+    r["command"] = json.loads((run / "run.json").read_text())["command"]
     last = 0
     with open(run / "metrics.jsonl") as f:
         for line in f:
