@@ -29,9 +29,12 @@ def keep(run: Path, results: Path = RESULTS) -> Path:
     else:
         raise SystemExit(f"{run}: no bench.json (the run has not finished: continue it with its command plus "
                          "--resume, or score its best checkpoint with `cadenza bench TASK --evaluate RUN`)")
-    if "--resume" in r.get("command", "").split():  # the command that started the run is the one to re-run
-        r["resume_command"] = r["command"]
-        r["command"] = json.loads((run / "run.json").read_text())["command"]
+    started = run / "run.json"
+    if started.exists():  # the command that started the run is the one to re-run; a resume's goes beside it
+        meta = json.loads(started.read_text())
+        r["command"] = meta["command"]
+        if meta.get("resumes"):
+            r["resume_command"] = meta["resumes"][-1]["command"]
     config = run / "config.json"
     if config.exists():
         r["config"] = json.loads(config.read_text())
@@ -68,8 +71,7 @@ def interrupted(run: Path) -> dict:
     """A run stopped before its last step (a machine reset) and then scored with `--evaluate`: its
     bench-evaluate.json, with the training command and what happened said in the record."""
     r = json.loads((run / "bench-evaluate.json").read_text())
-    r["evaluate_command"] = r["command"]
-    r["command"] = json.loads((run / "run.json").read_text())["command"]
+    r["evaluate_command"] = r["command"]  # `keep` puts the training command in its place
     last = 0
     with open(run / "metrics.jsonl") as f:
         for line in f:

@@ -78,8 +78,8 @@ def test_a_resumed_run_is_kept_with_the_command_that_started_it(tmp_path):
     run = tmp_path / "j16-s0"
     run.mkdir()
     start = "cadenza bench jsb16 --data x.npz --out runs/j16-s0 --max-steps 800 model=lstm"
-    (run / "run.json").write_text(json.dumps({"command": start}))
     resumed = "cadenza bench jsb16 --data x.npz --out runs/j16-s0 --resume"
+    (run / "run.json").write_text(json.dumps({"command": start, "resumes": [{"step": 300, "command": resumed}]}))
     (run / "bench.json").write_text(json.dumps({"dataset": "jsb16", "valid": 0.5, "test": 0.5, "command": resumed,
                                                 "note": "interrupted and resumed at step 300"}))
     kept = json.loads(keep_run.keep(run, tmp_path / "results").read_text())
