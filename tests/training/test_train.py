@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -182,15 +183,23 @@ def test_tensorboard_gets_scalars_images_and_audio(store, tmp_path):
     assert "sample/piano_roll" in tags["images"] and "sample/audio" in tags["audio"]
 
 
-def _ddp_worker(rank: int, world: int, init: str, store: str, out: str) -> None:
-    import torch.distributed as dist
+def _threads() -> int | None:
+    task = Path("/proc/self/task")  # every native thread, gloo's included (Linux)
+    return len(os.listdir(task)) if task.is_dir() else None
 
+
+def _ddp_worker(rank: int, world: int, port: int, store: str, out: str) -> None:
     from cadenza.data.dataset import StepSampler, WindowDataset
     from cadenza.data.store import TokenStore
-    from cadenza.models import build_model
+    from cadenza.env.device import cleanup_distributed, setup_distributed
     from cadenza.models.loss import inputs_targets
 
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.set_num_threads(1)  # no intra-op pool, so the thread count below is the process's own
+    gc.disable()  # cleanup must free the dropped DDP wrapper itself, not wait for a lucky collection
+    before = _threads()
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    setup_distributed("cpu")
     c = cfg("dropout=0.0")
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(build_model(c.model))
@@ -202,22 +211,28 @@ def _ddp_worker(rank: int, world: int, init: str, store: str, out: str) -> None:
     loss.backward()
     if rank == 0:
         torch.save([p.grad for p in model.module.parameters()], out)
-    # Both ranks done, DDP's reducer gone, then the group: a rank that tore gloo down while the other
-    # still talked to it aborted now and then ("terminate called without an active exception").
-    dist.barrier()
+    torch.distributed.barrier()  # as the trainer does: a barrier's work outlives its wait on gloo's threads
     del model
-    dist.destroy_process_group()
+    cleanup_distributed()
+    # A gloo thread left running at exit aborted the process now and then; none may outlive cleanup.
+    assert _threads() == before, f"rank {rank}: {_threads()} threads after cleanup, {before} before"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_two_process_gloo_ddp_gives_the_single_process_gradients(store, tmp_path):
     from cadenza.data.dataset import StepSampler, WindowDataset
     from cadenza.data.store import TokenStore
-    from cadenza.models import build_model
     from cadenza.models.loss import inputs_targets
 
     out = tmp_path / "ddp.pt"
-    torch.multiprocessing.spawn(_ddp_worker, args=(2, f"file://{tmp_path / 'init'}", str(store), str(out)),
-                                nprocs=2, join=True)
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), str(store), str(out)), nprocs=2, join=True)
     c = cfg("dropout=0.0")
     torch.manual_seed(0)
     model = build_model(c.model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass
 
@@ -119,6 +120,7 @@ def setup_distributed(device_pref: str = "auto") -> DistInfo:
     if world <= 1:
         return DistInfo(device=pick_device(device_pref))
     import torch.distributed as dist
+    import torch.distributed.nn  # before init, so its defaults hold no group (see cleanup_distributed)
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(device_pref, local_rank)
@@ -131,9 +133,18 @@ def setup_distributed(device_pref: str = "auto") -> DistInfo:
 
 
 def cleanup_distributed() -> None:
+    """Destroy the process group and join its threads, so that none outlives the interpreter.
+
+    A gloo thread alive at exit that frees a work holding a Python object aborts the process
+    ("terminate called without an active exception"). The group (and its threads) goes only when
+    nothing refers to it: DDP wrappers sit in reference cycles, hence the collection; and
+    torch.distributed.nn binds the default group into its functions' defaults when first imported
+    after init (DDP imports it), hence setup_distributed imports it first.
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        gc.collect()  # DDP wrappers the caller dropped still hold the group until collected
         dist.destroy_process_group()
 
 

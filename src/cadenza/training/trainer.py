@@ -89,24 +89,28 @@ def train(cfg: RunConfig | None = None, data: str | os.PathLike | None = None, o
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         with _run_folder(out, dist):
-            s = setup(cfg, Path(data), out, resume, dist)
-            if dist.is_main:
-                s.run_meta = _run_meta(s, data, command)
-                s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
-                _announce(s)
-            try:
-                result = _loop(s, progress and dist.is_main)
-            finally:
-                if s.log is not None:
-                    s.log.close()
-            if dist.enabled:  # only after a clean finish: a rank that failed would leave the others waiting
-                # Rank 0 writes the last checkpoint alone; a rank that tore gloo down meanwhile could
-                # abort its process at exit ("terminate called without an active exception").
-                torch.distributed.barrier()
-            return result
+            return _run(cfg, data, out, resume, dist, progress, command)  # the session dies here
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
-        cleanup_distributed()
+        cleanup_distributed()  # after the session, so DDP no longer holds the process group
+
+
+def _run(cfg: RunConfig, data: str | os.PathLike, out: Path, resume: bool, dist: DistInfo, progress: bool,
+         command: str | None) -> TrainResult:
+    """Set up the session and train it; the session (DDP wrapper included) is dropped on return."""
+    s = setup(cfg, Path(data), out, resume, dist)
+    if dist.is_main:
+        s.run_meta = _run_meta(s, data, command)
+        s.log = RunLog(out, cfg.to_dict(), s.run_meta, s.step, cfg.train.log_every)
+        _announce(s)
+    try:
+        result = _loop(s, progress and dist.is_main)
+    finally:
+        if s.log is not None:
+            s.log.close()
+    if dist.enabled:  # only after a clean finish: a rank that failed would leave the others waiting
+        torch.distributed.barrier()  # rank 0 writes the last checkpoint alone; every rank returns after it
+    return result
 
 
 @contextlib.contextmanager
