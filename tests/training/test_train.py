@@ -215,7 +215,8 @@ def _ddp_worker(rank: int, world: int, port: int, store: str, out: str) -> None:
     del model
     cleanup_distributed()
     # A gloo thread left running at exit aborted the process now and then; none may outlive cleanup.
-    assert _threads() == before, f"rank {rank}: {_threads()} threads after cleanup, {before} before"
+    after = _threads()
+    assert after == before, f"rank {rank}: {after} threads after cleanup, {before} before"
 
 
 def _free_port() -> int:
