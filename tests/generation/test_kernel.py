@@ -1,4 +1,4 @@
-"""The attention kernel against the arithmetic it replaces (`step.cache_attention`).
+"""The attention kernel against the arithmetic it replaces (`models.attention.cache_attention`).
 
 It reads the cache through its strides, so it is checked on views of a full-context cache (as the
 decode step passes them), for head sizes on its vector paths and off them, with and without
@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from cadenza.generation import kernel
-from cadenza.generation.step import DecodeStep, cache_attention
+from cadenza.generation.step import DecodeStep
+from cadenza.models.attention import cache_attention
 
 
 @pytest.fixture(scope="module")

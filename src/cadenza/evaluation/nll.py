@@ -79,7 +79,7 @@ def token_nll(model, store: TokenStore, split: str = "test", stride: int | None 
     views = [piece_view(store, p.index) for p in pieces]
     prefixes = [tok.window_prefix(p.style if p.style in tok.styles else None) for p in pieces]
     per_piece = [np.zeros(len(v) - 1) for v in views]
-    if model.config.model == "lstm":
+    if not model.windowed:  # a recurrent model carries its state through the whole piece
         for k, v in enumerate(views):
             full = np.concatenate([prefixes[k], v]).astype(np.int64)
             per_piece[k] = _lstm_nll(model, full, device, precision)[len(prefixes[k]):]

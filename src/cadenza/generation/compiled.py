@@ -26,6 +26,7 @@ import torch
 
 from cadenza.env.probes import StageProbe
 from cadenza.generation import filters, kernel, step, toolchain
+from cadenza.models import attention, transformer
 
 _LOADED: dict[str, Callable] = {}
 _LOCK = threading.Lock()
@@ -78,10 +79,10 @@ def package_key(model, batch: int, attention_kernel: bool = False) -> str:
 
 @cache
 def _step_code() -> str:
-    """A hash of the step's source (the step, its draw, the kernel's schema), read once: a package
-    built from other code is not reused."""
+    """A hash of the step's source (the model's step, the decoder around it, its draw, the kernel's
+    schema), read once: a package built from other code is not reused."""
     h = hashlib.sha256()
-    for module in (step, filters, kernel):
+    for module in (attention, transformer, step, filters, kernel):
         h.update(Path(module.__file__).read_bytes())
     return h.hexdigest()
 

@@ -29,7 +29,7 @@ class _Window:
     def __init__(self, model, batch: int, use_cache: bool, slide: int, keep: int = 0, decoder=None):
         self.model = model
         self.context = model.config.context
-        self.is_lstm = model.config.model == "lstm"
+        self.windowed = model.windowed  # False: a recurrent state carries the past, no window slides
         self.keep = keep
         self.slide = max(1, min(slide, self.context - 1 - keep))
         self.start = 0  # index of the first token after the kept ones inside the window (0: no slide yet)
@@ -44,7 +44,7 @@ class _Window:
     def _slides(self, n: int) -> bool:
         """Whether feeding a sequence of n tokens needs the window to slide first."""
         width = n if self.start == 0 else self.keep + n - self.start
-        return not self.is_lstm and width > self.context
+        return self.windowed and width > self.context
 
     @torch.no_grad()
     def next_token(self, seq: torch.Tensor, n_new: int, allowed: torch.Tensor, u: torch.Tensor,
@@ -66,7 +66,7 @@ class _Window:
                 self.cache.reset()
                 return self.model(self._view(seq), cache=self.cache)[0][:, -1]
         if self.cache is None:
-            logits, _ = self.model(seq if self.is_lstm else self._view(seq))
+            logits, _ = self.model(self._view(seq) if self.windowed else seq)
         elif self.decoder is not None and n_new == 1:
             return self.decoder.step(seq[:, n - 1:])
         else:
@@ -88,7 +88,7 @@ def warm_window_slide(model, rows: int, keep: int) -> None:
     Nothing to do for an LSTM, whose window never slides."""
     model.eval()
     window = _Window(model, rows, True, default_slide(model), keep=keep)
-    if window.is_lstm:
+    if not window.windowed:
         return
     device = next(model.parameters()).device
     window.next_logits(torch.zeros(rows, window.context + 1, dtype=torch.long, device=device), 1)

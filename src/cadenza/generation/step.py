@@ -7,7 +7,8 @@ the step, so the cache is never copied). `cadenza.generation.compiled` exports i
 batch), the cache length n its only dynamic size, and compiles it ahead of time: the compiled
 decode step, one native call per token instead of hundreds of operators. Each layer's attention
 over the cache runs in the attention kernel (`cadenza.generation.kernel`) where it is built, else
-in `cache_attention`, Inductor's loops for the same arithmetic.
+in `cache_attention`, Inductor's loops for the same arithmetic. The step is the model's own
+(`MusicTransformer.step`, through its modules); this module adds the kernel, the draw and the cache.
 
 The eager model (`MusicTransformer.forward` with a `KVCache`) stays the reference and the fallback:
 it fills the cache for the prompt and after every window slide (where lengths vary), and
@@ -24,7 +25,7 @@ from torch import nn
 
 from cadenza.generation import kernel
 from cadenza.generation.filters import plain_draw
-from cadenza.models.attention import KVCache, rotate
+from cadenza.models.attention import KVCache, cache_attention
 
 
 def unsupported(model) -> str | None:
@@ -32,7 +33,7 @@ def unsupported(model) -> str | None:
     the studio's health check shows it)."""
     cfg = model.config
     p = next(model.parameters())
-    if cfg.model != "transformer":
+    if not callable(getattr(model, "step", None)):  # the model's own cached step (`MusicTransformer.step`)
         return f"{cfg.model} models decode eagerly"
     if p.device.type != "cpu":
         return f"the compiled decode step is built for the CPU (the model is on {p.device.type})"
@@ -41,50 +42,6 @@ def unsupported(model) -> str | None:
     if model.training:
         return "the model is in training mode"
     return None
-
-
-def _rope(x: torch.Tensor, pos, inv_freq: torch.Tensor) -> torch.Tensor:
-    """`Rotary` at one position; x (B, 1, 2, H, Dh). Same float32 arithmetic as `Rotary.tables`."""
-    freqs = torch.full((1,), pos, dtype=torch.float32, device=x.device) * inv_freq
-    emb = torch.cat((freqs, freqs))
-    return rotate(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype))
-
-
-def _attend(attn, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, attention_kernel: bool):
-    """One layer's attention of the new token (at position n) over the n cached keys kc, vc
-    (B, H, n, Dh). Returns the layer's output and the new key and value (B, H, Dh). The new key is
-    scored beside the cache rather than written into it, so the function updates nothing in place.
-    `attention_kernel`: through `cadenza::decode_attention`, else `cache_attention`."""
-    b, _, d = h.shape
-    n = kc.shape[2]
-    qkv = attn.qkv(h).view(b, 1, 3, attn.n_heads, attn.head_dim)
-    if attn.scheme == "rope":
-        qkv = torch.cat((_rope(qkv[:, :, :2], n, attn.rotary.inv_freq), qkv[:, :, 2:]), dim=2)
-    q, k, v = qkv[:, 0].unbind(1)  # each (B, H, Dh)
-    q = q * attn.head_dim ** -0.5
-    rel = attn.rel.to(q.dtype) if attn.scheme == "relative" else None  # (H, context, Dh); row d: distance d
-    k_self = k + rel[:, 0] if rel is not None else k
-    attend = torch.ops.cadenza.decode_attention if attention_kernel else cache_attention
-    y = attend(q, kc, vc, rel, k_self, v)
-    return attn.proj(y.reshape(b, 1, d)), k, v
-
-
-def cache_attention(q, kc, vc, rel, k_self, v):
-    """softmax(q . [keys, k_self]) . [values, v] for q (B, H, Dh) over the cache kc, vc (B, H, n, Dh),
-    with relative attention's distance embeddings `rel` (H, context, Dh) or None: what the attention
-    kernel computes, written for Inductor.
-
-    Scores and the weighted sum are written as products and sums, not matmuls, so Inductor fuses
-    each into one loop over the cache. With relative attention, cache slot j sits at distance n - j
-    and q . k_j + q . E[n - j] = q . (k_j + E[n - j]): the distance embeddings are read in the same
-    loop as the keys, for the n distances in use."""
-    n = kc.shape[2]
-    if rel is not None:
-        kc = kc + rel.index_select(1, torch.arange(n, 0, -1, device=q.device))
-    scores = (kc * q.unsqueeze(2)).sum(-1)  # (B, H, n): the cache read in its layout
-    self_score = (q * k_self).sum(-1, keepdim=True)
-    probs = torch.softmax(torch.cat((scores, self_score), -1), dim=-1)
-    return (probs[..., :-1].unsqueeze(-1) * vc).sum(-2) + probs[..., -1:] * v
 
 
 class DecodeStep(nn.Module):
@@ -106,22 +63,11 @@ class DecodeStep(nn.Module):
 
     def forward(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, allowed=None, u=None,
                 temperature=None):
-        m = self.model
-        n = k_cache.shape[3]
-        x = m.tok_emb(ids)
-        if m.pos_emb is not None:
-            x = x + m.pos_emb.weight[n]
-        new_k, new_v = [], []
-        for i, block in enumerate(m.blocks):
-            a, k, v = _attend(block.attn, block.ln1(x), k_cache[i], v_cache[i], self.attention_kernel)
-            x = x + a
-            x = x + block.mlp(block.ln2(x))
-            new_k.append(k)
-            new_v.append(v)
-        logits = m.head(m.ln_f(x))[:, -1]
+        attend = torch.ops.cadenza.decode_attention if self.attention_kernel else cache_attention
+        logits, new_k, new_v = self.model.step(ids, k_cache, v_cache, attend)
         if self.draw:
-            return logits, plain_draw(logits, allowed, u, temperature), torch.stack(new_k), torch.stack(new_v)
-        return logits, torch.stack(new_k), torch.stack(new_v)
+            return logits, plain_draw(logits, allowed, u, temperature), new_k, new_v
+        return logits, new_k, new_v
 
 
 def idle_draw(batch: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

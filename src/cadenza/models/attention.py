@@ -159,10 +159,37 @@ class Rotary(nn.Module):
         return rotate(x, cos, sin)
 
 
+    def at(self, x: torch.Tensor, pos) -> torch.Tensor:
+        """x (B, 1, ..., D) rotated to the one position `pos` (an int, or a symbolic size when
+        exported), with the same float32 arithmetic as `tables`."""
+        freqs = torch.full((1,), pos, dtype=torch.float32, device=x.device) * self.inv_freq
+        emb = torch.cat((freqs, freqs))
+        return rotate(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype))
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the halves of x's last dimension by angles with these cosines and sines."""
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def cache_attention(q, kc, vc, rel, k_self, v):
+    """softmax(q . [keys, k_self]) . [values, v] for q (B, H, Dh) over the cache kc, vc (B, H, n, Dh),
+    with relative attention's distance embeddings `rel` (H, context, Dh) or None: the attention of
+    one decode step (`CausalSelfAttention.step`), and what the compiled step's attention kernel
+    computes.
+
+    Scores and the weighted sum are written as products and sums, not matmuls, so Inductor fuses
+    each into one loop over the cache. With relative attention, cache slot j sits at distance n - j
+    and q . k_j + q . E[n - j] = q . (k_j + E[n - j]): the distance embeddings are read in the same
+    loop as the keys, for the n distances in use."""
+    n = kc.shape[2]
+    if rel is not None:
+        kc = kc + rel.index_select(1, torch.arange(n, 0, -1, device=q.device))
+    scores = (kc * q.unsqueeze(2)).sum(-1)  # (B, H, n): the cache read in its layout
+    self_score = (q * k_self).sum(-1, keepdim=True)
+    probs = torch.softmax(torch.cat((scores, self_score), -1), dim=-1)
+    return (probs[..., :-1].unsqueeze(-1) * vc).sum(-2) + probs[..., -1:] * v
 
 
 class KVCache:
@@ -200,6 +227,22 @@ class CausalSelfAttention(nn.Module):
             self.rel = nn.Parameter(torch.randn(n_heads, context, self.head_dim) * 0.02)
         elif scheme == "rope":
             self.rotary = Rotary(self.head_dim)
+
+    def step(self, h: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, attend=cache_attention):
+        """The attention of one new token (at position n) over the n cached keys kc, vc (B, H, n, Dh),
+        as a pure function: -> (output (B, 1, D), the new key and value (B, H, Dh)). The new key is
+        scored beside the cache rather than written into it, so nothing is updated in place (what
+        an exported decode step needs). `attend`: `cache_attention`, or an operator with its schema."""
+        b, _, d = h.shape
+        n = kc.shape[2]
+        qkv = self.qkv(h).view(b, 1, 3, self.n_heads, self.head_dim)
+        if self.scheme == "rope":
+            qkv = torch.cat((self.rotary.at(qkv[:, :, :2], n), qkv[:, :, 2:]), dim=2)
+        q, k, v = qkv[:, 0].unbind(1)  # each (B, H, Dh)
+        q = q * self.head_dim ** -0.5
+        rel = self.rel.to(q.dtype) if self.scheme == "relative" else None  # (H, context, Dh); row d: distance d
+        y = attend(q, kc, vc, rel, k + rel[:, 0] if rel is not None else k, v)
+        return self.proj(y.reshape(b, 1, d)), k, v
 
     def _decode_relative(self, q, k, v) -> torch.Tensor:
         """One new query per sequence against the whole cache: no causal mask, and its relative

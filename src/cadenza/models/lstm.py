@@ -35,6 +35,8 @@ class MusicLSTM(nn.Module):
         self.grad_checkpoint = False  # cuDNN's fused LSTM has no per-block checkpointing
         self._autocast_cell_dtype: dict[str, torch.dtype] = {}  # per device type, see _cell_in_fp32
 
+    windowed = False  # the (h, c) state carries the past: no window to slide
+
     def new_cache(self, batch: int, max_len: int | None = None, device=None, dtype=None) -> LSTMState:
         cfg = self.config
         p = self.head.weight

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cadenza.models.attention import CausalSelfAttention, Dropout, KVCache
+from cadenza.models.attention import CausalSelfAttention, Dropout, KVCache, cache_attention
 from cadenza.models.config import ModelConfig
 from cadenza.models.loss import next_token_loss
 
@@ -37,6 +37,12 @@ class Block(nn.Module):
     def forward(self, x, cache: KVCache | None = None, layer: int = 0, in_checkpoint: bool = False):
         x = x + self.attn(self.ln1(x), cache, layer, in_checkpoint)
         return x + self.mlp(self.ln2(x))
+
+    def step(self, x, kc, vc, attend=cache_attention):
+        """One new token through the block over its layer's cache (`CausalSelfAttention.step`)."""
+        a, k, v = self.attn.step(self.ln1(x), kc, vc, attend)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), k, v
 
 
 class MusicTransformer(nn.Module):
@@ -93,6 +99,24 @@ class MusicTransformer(nn.Module):
             cache.pos += t
         logits = self.head(self.ln_f(x))
         return logits, next_token_loss(logits, targets)
+
+    windowed = True  # attends over a window of `context` tokens, which slides past it
+
+    def step(self, ids: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, attend=cache_attention):
+        """One cached decode step as a pure function: the new ids (B, 1) and the filled part of the
+        KV cache (L, B, H, n, Dh) -> (logits (B, V), the new keys and values (L, B, H, Dh)).
+        `forward` with a `KVCache` computes the same; this form writes nothing in place, so it can be
+        exported and compiled (`cadenza.generation.step`). `attend`: the attention over the cache."""
+        n = k_cache.shape[3]
+        x = self.tok_emb(ids)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb.weight[n]
+        new_k, new_v = [], []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block.step(x, k_cache[i], v_cache[i], attend)
+            new_k.append(k)
+            new_v.append(v)
+        return self.head(self.ln_f(x))[:, -1], torch.stack(new_k), torch.stack(new_v)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward), as in the PaLM appendix / nanoGPT."""
