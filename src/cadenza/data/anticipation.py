@@ -234,12 +234,23 @@ def accompany_request(tok, notes: Notes) -> Request:
     return _request(tok, GridNotes.empty(), controls, notes_at(tok, notes, g, tune), 0, int(controls.end.max()))
 
 
+def given_mask(notes: Notes, given: Notes | GridNotes, steps_per_second: float) -> np.ndarray:
+    """Which of `notes` are among `given` (notes in seconds, or grid notes in steps of
+    1/`steps_per_second`): matched by onset step, instrument and pitch. The one matcher behind every
+    "which notes were given" (a request's kept notes, a sample's given ones, a melody's notes)."""
+    if isinstance(given, GridNotes):
+        onset, program = given.onset, given.program
+    else:
+        onset, program = np.floor(given.start * steps_per_second + 0.5).astype(np.int64), given.programs
+    keys = (onset << 16) | (program << 7) | given.pitch
+    steps = np.floor(notes.start * steps_per_second + 0.5).astype(np.int64)
+    return np.isin((steps << 16) | (notes.programs << 7) | notes.pitch, keys)
+
+
 def notes_at(tok, notes: Notes, g: GridNotes, mask: np.ndarray) -> Notes:
     """The notes of `notes` (as read) that became the grid notes `mask` picks of `g`, its
-    quantisation by `tok`: matched by onset step, instrument and pitch."""
-    keys = (g.onset << 16) | (g.program << 7) | g.pitch
-    onset = np.floor(notes.start * tok.steps_per_second + 0.5).astype(np.int64)
-    return notes.take(np.isin((onset << 16) | (notes.programs << 7) | notes.pitch, keys[mask]))
+    quantisation by `tok`."""
+    return notes.take(given_mask(notes, g.take(mask), tok.steps_per_second))
 
 
 def _request(tok, prefix: GridNotes, controls: GridNotes, given: Notes, events_from: int, stop: int) -> Request:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from cadenza.atomic import write_json
-from cadenza.data.midi import Notes, notes_to_score, score_to_notes
+from cadenza.data.midi import Notes, notes_to_score, read_notes, score_to_notes
 from cadenza.env.record import library_versions
 
 _REGISTRY: dict[str, type[Tokenizer]] = {}
@@ -92,6 +92,19 @@ class Tokenizer(ABC):
     @abstractmethod
     def encode(self, source: Any) -> Encoded:
         """Encode a MIDI path, MIDI bytes, symusic Score or `Notes` into ids (no bos/eos)."""
+
+    def read(self, source: Any) -> tuple[Notes, dict[str, int]]:
+        """`Notes` from a MIDI path, MIDI bytes, a symusic Score or `Notes`, read as `encode` reads
+        them (`read_options`), and the read stats: what a primer or a melody file becomes."""
+        if isinstance(source, Notes):
+            return source, {}
+        opts = self.read_options()
+        notes, rs = score_to_notes(source, **opts) if hasattr(source, "tracks") else read_notes(source, **opts)
+        return notes, rs.as_dict()
+
+    def read_options(self) -> dict[str, Any]:
+        """How this tokenizer reads MIDI (`read_notes`' keywords: the sustain pedal, instruments)."""
+        return {}
 
     @abstractmethod
     def decode(self, ids) -> tuple[Any, DecodeReport]:
@@ -332,6 +345,9 @@ class Styled(Tokenizer):
 
     def encode(self, source: Any) -> Encoded:
         return self.base.encode(source)
+
+    def read(self, source: Any) -> tuple[Notes, dict[str, int]]:
+        return self.base.read(source)
 
     def decode(self, ids) -> tuple[Any, DecodeReport]:
         ids, styles = self._without_styles(ids)

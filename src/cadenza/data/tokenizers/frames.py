@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, notes_to_score, read_notes, score_to_notes
+from cadenza.data.midi import Notes, notes_to_score
 from cadenza.data.tokenizers.base import Encoded, TokenizerError
 from cadenza.data.tokenizers.grid import GridDecodeReport, PitchGridTokenizer
 
@@ -111,16 +111,10 @@ class FrameTokenizer(PitchGridTokenizer):
         if isinstance(source, np.ndarray) and source.ndim == 2:
             roll = source != 0
         else:
-            if isinstance(source, Notes):
-                notes = source
-            elif hasattr(source, "tracks"):
-                notes, rs = score_to_notes(source)
-                stats.update(rs.as_dict())
-            elif isinstance(source, np.ndarray):
+            if isinstance(source, np.ndarray):
                 raise TokenizerError(f"piano roll must have shape (T, {self.n_keys}), got {source.shape}")
-            else:
-                notes, rs = read_notes(source)
-                stats.update(rs.as_dict())
+            notes, read = self.read(source)
+            stats.update(read)
             roll, stats["out_of_keys"] = self.roll_from_notes(notes)
         ids = self.encode_roll(roll)
         onsets = roll.copy()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, notes_to_score, read_notes, score_to_notes
+from cadenza.data.midi import notes_to_score
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, Tokenizer, TokenizerError
 
 
@@ -75,14 +75,7 @@ class MidiTokTokenizer(Tokenizer):
         return self._id_to_token.get(int(i), f"<{int(i)}>")
 
     def encode(self, source) -> Encoded:
-        if isinstance(source, Notes):
-            notes, stats = source, {}
-        elif hasattr(source, "tracks"):
-            notes, rs = score_to_notes(source)
-            stats = rs.as_dict()
-        else:
-            notes, rs = read_notes(source)
-            stats = rs.as_dict()
+        notes, stats = self.read(source)
         if len(notes) == 0:
             return Encoded(np.zeros(0, np.int64), 0, stats)
         seqs = self._tok.encode(notes_to_score(notes))

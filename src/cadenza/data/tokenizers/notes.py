@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, read_notes, run_max, score_to_notes
+from cadenza.data.midi import Notes, run_max
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, NoteDecoding, Tokenizer, TokenizerError
 from cadenza.data.tokenizers.grid import GridDecodeReport
 from cadenza.data.tokenizers.note_grid import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes
@@ -174,15 +174,8 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
         return Notes.from_arrays(g.onset / sps, g.end / sps, g.pitch, vel, g.program)
 
     # ---- encoding ------------------------------------------------------------------------------
-    def read(self, source) -> tuple[Notes, dict[str, int]]:
-        """`Notes` with programs from a path, bytes, a symusic Score or `Notes`, and read stats."""
-        if isinstance(source, Notes):
-            return source, {}
-        if hasattr(source, "tracks"):
-            notes, rs = score_to_notes(source, sustain=self.sustain, programs=True)
-        else:
-            notes, rs = read_notes(source, sustain=self.sustain, programs=True)
-        return notes, rs.as_dict()
+    def read_options(self) -> dict:
+        return {"sustain": self.sustain, "programs": True}  # every instrument kept, drums as DRUMS
 
     def encode(self, source) -> Encoded:
         notes, stats = self.read(source)

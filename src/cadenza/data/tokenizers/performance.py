@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, read_notes, run_max, score_to_notes
+from cadenza.data.midi import Notes, run_max
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, NoteDecoding, Tokenizer, TokenizerError
 
 NUM_PITCHES = 128
@@ -112,15 +112,11 @@ class PerformanceTokenizer(NoteDecoding, Tokenizer):
         return {self.pad_id: "PAD", self.bos_id: "BOS", self.eos_id: "EOS"}.get(i, f"<{i}>")
 
     # ---- encoding -----------------------------------------------------------------------------
+    def read_options(self) -> dict:
+        return {"sustain": self.sustain}
+
     def encode(self, source) -> Encoded:
-        if isinstance(source, Notes):
-            notes, stats = source, {}
-        elif hasattr(source, "tracks"):
-            notes, rs = score_to_notes(source, sustain=self.sustain)
-            stats = rs.as_dict()
-        else:
-            notes, rs = read_notes(source, sustain=self.sustain)
-            stats = rs.as_dict()
+        notes, stats = self.read(source)
         ids, grid = self.encode_notes(notes, return_stats=True)
         stats.update(grid)
         return Encoded(ids=ids, notes=len(notes), stats=stats, durations=notes.end - notes.start)
@@ -258,7 +254,7 @@ class PerformanceTokenizer(NoteDecoding, Tokenizer):
         """A primer's ids; with `seconds`, its opening only, notes sounding at that instant ending there."""
         if seconds is None:
             return self.encode(source).ids
-        notes = source if isinstance(source, Notes) else read_notes(source, sustain=self.sustain)[0]
+        notes, _ = self.read(source)
         keep = notes.start < seconds
         notes = Notes.from_arrays(notes.start[keep], np.minimum(notes.end[keep], seconds), notes.pitch[keep],
                                   notes.velocity[keep])
