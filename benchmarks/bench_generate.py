@@ -27,9 +27,9 @@ import time
 
 import torch
 
-from cadenza.data.tokenizers import PerformanceTokenizer, tokenizer_from_dict
+from cadenza.data.tokenizers import PerformanceTokenizer
 from cadenza.models import checkpoint as ckpt
-from cadenza.models.zoo import DEFAULT, resolve_model
+from cadenza.models.zoo import DEFAULT
 
 # The compiled step with its attention in Inductor's loops instead of the native kernel: what the
 # kernel adds, in the same run (not a contestant for the goal).
@@ -42,12 +42,12 @@ VOCABS = {"performance": (lambda: PerformanceTokenizer(), None),
 
 def shipped_tokenizer():
     """The shipped model's tokenizer, as its checkpoint records it (the note vocabulary, 718 ids)."""
-    return tokenizer_from_dict(ckpt.read_meta(ckpt.resolve(resolve_model(DEFAULT)))["tokenizer"])
+    return ckpt.load_tokenizer(DEFAULT)
 
 
 def vocabulary(vocab: str):
     """(the vocabulary's tokenizer, a function of b -> (b, T) prompts): what a generation of a
-    model on it starts with (`generate.Prompt`: the window prefix, then BOS)."""
+    model on it starts with (`prompt.Prompt`: the window prefix, then BOS)."""
     make, style = VOCABS[vocab]
     tok = make()
     ids = tok.window_prefix(style) + [tok.bos_id]

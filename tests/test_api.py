@@ -192,9 +192,10 @@ def test_a_shipped_model_is_found_by_name_and_plays_by_default(run, tmp_path, mo
     from cadenza.cli import main
     from cadenza.models import checkpoint as ckpt
     from cadenza.models import zoo
+    from cadenza.training.export import export
 
     monkeypatch.setattr(zoo, "shipped_root", lambda: tmp_path / "shipped")
-    folder = zoo.export(run, tmp_path / "shipped" / zoo.DEFAULT)
+    folder = export(run, tmp_path / "shipped" / zoo.DEFAULT)
     assert ckpt.verify(folder) is None and (folder / "run.json").exists()
     assert (folder / "model.safetensors").stat().st_size < ckpt.fingerprint(
         ckpt.resolve(run) / "model.safetensors")["bytes"] * 0.6  # fp16: about half

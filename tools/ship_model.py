@@ -42,7 +42,7 @@ def pieces_card(store) -> dict:
     """`store_pieces`, with origins completed for stores made from a corpus cache of an older version
     (its markers did not keep the source, so such pieces were recorded as "bach:" alone)."""
     from cadenza.data.corpora import materialize
-    from cadenza.models.zoo import store_pieces
+    from cadenza.evaluation.pieces import store_pieces
 
     card, sources = store_pieces(store), {}
     for split in ("valid", "test"):
@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--guidance", type=float, default=2.0, help="the guidance the demo and the studio start from")
     a = ap.parse_args(argv)
     from cadenza.data.store import TokenStore
-    from cadenza.models.zoo import export, shipped_root
+    from cadenza.models.zoo import shipped_root
+    from cadenza.training.export import export
 
     store = TokenStore(a.data)
     if not store.styles:

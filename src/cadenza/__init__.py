@@ -7,6 +7,7 @@ The public API is one function per command-line verb::
     cadenza.generate("runs/bach", seconds=30, num_samples=4)  # cadenza generate
     cadenza.infill("song.mid", 8, 16, num_samples=4)          # cadenza generate --infill 8:16
     cadenza.accompany("tune.mid", style="bach")               # cadenza generate --accompany
+    cadenza.generate(prompt=cadenza.Infill(notes, 8, 16))     # the same from notes in memory
     cadenza.render("sample.mid")                              # cadenza render
     cadenza.evaluate("runs/bach", "data/bach")                # cadenza evaluate
     cadenza.benchmark("polyphonic", "JSB_Chorales.mat", "runs/jsb")  # cadenza bench
@@ -24,7 +25,8 @@ __version__ = "0.1.0"
 _LAZY = {name: module for module, names in (
     ("cadenza.data.prepare", "prepare"), ("cadenza.data.corpora", "list_corpora"),
     ("cadenza.training.trainer", "train"), ("cadenza.generation.generate", "generate infill accompany"),
-    ("cadenza.generation.config", "SamplingConfig"), ("cadenza.listen.render", "render"),
+    ("cadenza.generation.config", "SamplingConfig"), ("cadenza.generation.prompt", "Continue Infill Accompany"),
+    ("cadenza.models.checkpoint", "load"), ("cadenza.listen.render", "render"),
     ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
     ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),
     ("cadenza.studio.server", "serve"),

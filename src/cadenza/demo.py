@@ -25,7 +25,8 @@ from cadenza.evaluation.features import style_features
 from cadenza.evaluation.memorisation import RunFinder
 from cadenza.evaluation.metrics import compare_sets, compute_all
 from cadenza.evaluation.report import reference_notes
-from cadenza.generation.generate import generate
+from cadenza.generation.generate import generate, read_notes_for
+from cadenza.generation.prompt import Accompany, Continue, Infill
 from cadenza.listen.render import render_file
 from cadenza.models.zoo import DEFAULT, list_models, resolve_model
 from cadenza.settings import setting, validate
@@ -124,11 +125,14 @@ def play_with_a_chorale(card: dict | None, store, out: Path, seed: int) -> list[
     if card is None or not store.split("test"):
         return []
     chorale = store.split("test")[0].source
-    asks = {"continued": {"primer": chorale, "primer_seconds": 8.0, "seconds": 16.0, "stop_at_eos": False},
-            "infilled": {"primer": chorale, "infill": "4:8"}, "harmonised": {"accompany": chorale}}
+    notes = read_notes_for(DEFAULT, chorale)
+    asks = {"continued": (Continue(notes, 8.0, source=chorale), {"seconds": 16.0, "stop_at_eos": False}),
+            "infilled": (Infill(notes, 4.0, 8.0, source=chorale), {}),
+            "harmonised": (Accompany(notes, source=chorale), {})}
     rendered = []
-    for name, ask in asks.items():
-        g = generate(DEFAULT, style="bach", guidance=card.get("guidance", 2.0), seed=seed, out=out / name, **ask)
+    for name, (task, ask) in asks.items():
+        g = generate(DEFAULT, prompt=task, style="bach", guidance=card.get("guidance", 2.0), seed=seed,
+                     out=out / name, **ask)
         path = g.paths[0].rename(out / f"chorale-{name}.mid")
         rendered.append(render_file(path, wav=True, png=True))
         print(f"  {name:<10} {_what_changed(name, g)}")
@@ -140,7 +144,7 @@ def _what_changed(name: str, g) -> str:
     total = len(g.notes[0])
     if name == "continued":
         return f"{total} notes: the first 8 s of the chorale, then the model's"
-    kept = len(g.prompt.request.given)  # the notes given back exactly: the first of `notes`
+    kept = int(g.given[0].sum())  # the notes given back exactly
     if name == "infilled":
         return f"{kept} notes outside 4-8 s kept exactly, {total - kept} new notes inside it"
     return f"the melody's {kept} notes kept, {total - kept} notes written under it"
@@ -162,7 +166,8 @@ def _chorales(run: Path, store, samples: Path, seconds: float, seed: int) -> tup
     free = generate(run, num_samples=2, seconds=seconds, seed=seed, out=samples / "free", **CHORALE).paths
     continued = []
     for i, piece in enumerate(store.split("test")[:2]):
-        continued += generate(run, primer=piece.source, primer_seconds=8.0, num_samples=1, seconds=seconds,
+        primer = Continue(read_notes_for(run, piece.source), 8.0, source=piece.source)
+        continued += generate(run, prompt=primer, num_samples=1, seconds=seconds,
                               seed=seed + 1 + i, out=samples / f"continued-{i}", **CHORALE).paths
     return free, continued
 

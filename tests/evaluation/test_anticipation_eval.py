@@ -102,8 +102,7 @@ def two_runs(tmp_path_factory):
 def notes_model(two_runs):
     from cadenza.models import checkpoint as ckpt
 
-    model, _ = ckpt.load_model(two_runs[1]["new"][0], "cpu")
-    return model.double()
+    return ckpt.load(two_runs[1]["new"][0], "cpu").model.double()
 
 
 def test_the_report_measures_old_beside_new(two_runs):

@@ -11,7 +11,7 @@ import cadenza
 from cadenza.cli import main
 from cadenza.data.midi import Notes, read_notes, write_midi
 from cadenza.generation.config import SamplingConfig
-from cadenza.generation.generate import Prompt
+from cadenza.generation.prompt import Accompany, Infill, Prompt, parse_span
 from cadenza.generation.sampler import generate_ids
 from cadenza.models import checkpoint as ckpt
 from cadenza.settings import SettingError
@@ -42,8 +42,7 @@ def _keyed(notes: Notes) -> set:
 
 
 def test_an_infill_keeps_every_note_outside_its_span(notes_run, chorale):
-    g = cadenza.generate(notes_run, primer=str(chorale), infill="4:8", num_samples=3, seed=2, style="chorale",
-                         compile=False)
+    g = cadenza.infill(chorale, 4, 8, checkpoint=notes_run, num_samples=3, seed=2, style="chorale", compile=False)
     original, _ = read_notes(chorale, programs=True)
     outside = original.take((original.start < 4.0) | (original.start >= 8.0))
     for notes in g.notes:
@@ -55,13 +54,12 @@ def test_an_infill_keeps_every_note_outside_its_span(notes_run, chorale):
         for v in np.unique(voice):  # no instrument plays a pitch twice at once, across the span's edges too
             same = notes.take(voice == v).by_time()
             assert (same.start[1:] >= same.end[:-1] - 1e-6).all()
-    again = cadenza.generate(notes_run, primer=str(chorale), infill="4:8", num_samples=3, seed=2, style="chorale",
-                             compile=False)
+    again = cadenza.infill(chorale, 4, 8, checkpoint=notes_run, num_samples=3, seed=2, style="chorale", compile=False)
     assert [_keyed(n) for n in again.notes] == [_keyed(n) for n in g.notes]  # the same seed, the same notes
 
 
 def test_an_accompaniment_returns_the_melody_note_for_note(notes_run, chorale):
-    g = cadenza.generate(notes_run, accompany=str(chorale), num_samples=2, seed=0, compile=False)
+    g = cadenza.accompany(chorale, checkpoint=notes_run, num_samples=2, seed=0, compile=False)
     original, _ = read_notes(chorale, programs=True)
     tops = original.take(np.isin(original.pitch, [72, 73, 74]))  # the soprano is the top line
     for notes in g.notes:
@@ -71,10 +69,9 @@ def test_an_accompaniment_returns_the_melody_note_for_note(notes_run, chorale):
 
 
 def test_given_notes_are_forced_the_same_with_and_without_the_cache(notes_run, chorale):
-    model, meta = ckpt.load_model(ckpt.resolve(notes_run), torch.device("cpu"))
-    model = model.double()
-    cfg = SamplingConfig(accompany=str(chorale), seed=0).validate()
-    prompt = Prompt.build(meta, cfg)
+    checkpoint = ckpt.load(notes_run, torch.device("cpu"))
+    model, tok = checkpoint.model.double(), checkpoint.tokenizer
+    prompt = Prompt.encode(tok, Accompany(tok.read(chorale)[0]))
     ids = torch.tensor([prompt.ids] * 2)
     runs = [generate_ids(model, ids, prompt.tokenizer, prompt.decoding(SamplingConfig(use_cache=cache)),
                          generator=torch.Generator().manual_seed(3), plan=prompt.request.plan)
@@ -83,20 +80,22 @@ def test_given_notes_are_forced_the_same_with_and_without_the_cache(notes_run, c
 
 
 def test_bad_requests_get_one_line_errors(notes_run, chorale, studio_runs, tmp_path):
+    notes = read_notes(chorale, programs=True)[0]
     with pytest.raises(SettingError, match="infill must be START:END"):
-        SamplingConfig(primer="x.mid", infill="8-16").validate()
-    with pytest.raises(SettingError, match="infill needs a primer"):
-        SamplingConfig(infill="1:2").validate()
+        parse_span("8-16")
+    with pytest.raises(SettingError, match="infill must have 0 <= START < END"):
+        Infill(notes, 6, 2)
     with pytest.raises(ValueError, match="starts after the piece ends"):
-        cadenza.generate(notes_run, primer=str(chorale), infill="30:40", compile=False)
+        cadenza.infill(chorale, 30, 40, checkpoint=notes_run, compile=False)
     with pytest.raises(ValueError, match="cannot infill: its performance vocabulary"):
-        cadenza.generate(studio_runs / "tiny", primer=str(chorale), infill="1:2", compile=False)
+        cadenza.infill(chorale, 1, 2, checkpoint=studio_runs / "tiny", compile=False)
     drums = tmp_path / "drums.mid"
     write_midi(Notes.from_arrays([0.0], [0.5], [36], [90], [128]), drums)
     with pytest.raises(ValueError, match="no melody"):
-        cadenza.generate(notes_run, accompany=str(drums), compile=False)
+        cadenza.accompany(drums, checkpoint=notes_run, compile=False)
     (tmp_path / "text.mid").write_text("not midi")
     assert main(["generate", "--checkpoint", str(notes_run), "--accompany", str(tmp_path / "text.mid")]) == 2
+    assert main(["generate", "--checkpoint", str(notes_run), "--infill", "1:2"]) == 2  # no piece to fill
 
 
 def test_the_command_line_infills_and_accompanies(notes_run, chorale, tmp_path):
@@ -110,7 +109,6 @@ def test_the_command_line_infills_and_accompanies(notes_run, chorale, tmp_path):
 
 
 def test_fine_tuning_may_change_the_anticipation_but_not_the_ids(notes_run, tmp_path):
-    from cadenza.data.tokenizers import tokenizer_from_dict
     from cadenza.data.tokenizers.notes import NoteTokenizer
     from cadenza.training.config import resolve
 
@@ -118,12 +116,12 @@ def test_fine_tuning_may_change_the_anticipation_but_not_the_ids(notes_run, tmp_
     cfg = resolve("tiny", overrides=["max_steps=1", "batch_size=2", "eval_every=1", "eval_windows=1",
                                      "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
     cfg.train.init = str(notes_run)
-    before = tokenizer_from_dict(ckpt.read_meta(ckpt.latest_checkpoint(notes_run))["tokenizer"])
+    before = ckpt.load_tokenizer(notes_run, prefer="latest")
     store = cadenza.prepare(tmp_path / "in", tmp_path / "later", styles_from_folders=True, workers=1,
                             progress=False, tokenizer=NoteTokenizer(anticipation=before.anticipation + 1),
                             valid_fraction=0.25, test_fraction=0.0).store
     tuned = cadenza.train(cfg, store.path, tmp_path / "tuned", progress=False)
-    tok = tokenizer_from_dict(ckpt.read_meta(ckpt.latest_checkpoint(tuned.run_dir))["tokenizer"])
+    tok = ckpt.load_tokenizer(tuned.run_dir, prefer="latest")
     assert tok.anticipation == before.anticipation + 1  # the windows now place controls 1 s earlier
     assert tok.styles == before.styles  # the model's style ids are kept
     other = cadenza.prepare(tmp_path / "in", tmp_path / "other", workers=1, progress=False,
@@ -132,11 +130,12 @@ def test_fine_tuning_may_change_the_anticipation_but_not_the_ids(notes_run, tmp_
         cadenza.train(cfg, other.path, tmp_path / "refused", progress=False)
 
 
-def test_infill_and_accompany_are_generate_with_those_settings(notes_run, chorale):
+def test_infill_and_accompany_are_generate_with_those_tasks(notes_run, chorale):
     same = {"style": "chorale", "seed": 3, "max_tokens": 120}
+    notes = ckpt.load_tokenizer(notes_run).read(chorale)[0]
     a = cadenza.infill(chorale, 4, 8, checkpoint=notes_run, **same)
-    b = cadenza.generate(notes_run, primer=str(chorale), infill="4:8", **same)
+    b = cadenza.generate(notes_run, prompt=Infill(notes, 4, 8), **same)
     assert _keyed(a.notes[0]) == _keyed(b.notes[0])
     a = cadenza.accompany(chorale, checkpoint=notes_run, **same)
-    b = cadenza.generate(notes_run, accompany=str(chorale), **same)
+    b = cadenza.generate(notes_run, prompt=Accompany(notes), **same)
     assert _keyed(a.notes[0]) == _keyed(b.notes[0])

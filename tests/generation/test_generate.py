@@ -180,8 +180,8 @@ def test_tokens_per_second_leaves_out_getting_the_compiled_step(studio_runs, mon
         return None  # then decode eagerly
 
     monkeypatch.setattr(gen, "_compiled_decoder", slow_build)
-    model, meta = Registry(studio_runs).load("run:tiny")
-    g = gen.sample(model, meta, SamplingConfig(max_tokens=30, num_samples=2, batch_size=1, stop_at_eos=False))
+    cfg = SamplingConfig(max_tokens=30, num_samples=2, batch_size=1, stop_at_eos=False)
+    g = gen.sample(Registry(studio_runs).load("run:tiny"), cfg)
     run = g.run
     assert run["compile_seconds"] >= 1.0  # two batches, one lookup each
     tokens = sum(s["tokens"] for s in g.stats)

@@ -9,7 +9,9 @@ import pytest
 
 import cadenza
 from cadenza.cli import main
+from cadenza.data.midi import Notes
 from cadenza.generation.config import SamplingConfig
+from cadenza.generation.prompt import Continue
 from cadenza.settings import SettingError
 
 # (setting, bad value, the flag, words the message must hold)
@@ -21,7 +23,6 @@ BAD = [
     ("seconds", -5.0, "--seconds", "must be in (0, 3600], got -5.0"),
     ("num_samples", 0, "--num-samples", "must be in [1, 10000], got 0"),
     ("max_tokens", 0, "--max-tokens", "must be in [1, 1000000], got 0"),
-    ("primer_seconds", -3.0, "--primer-seconds", "must be > 0, got -3.0"),
     ("temperature", 0.0, "--temperature", "must be in (0, 100], got 0.0"),
     ("temperature", -1.0, "--temperature", "must be in (0, 100], got -1.0"),
     ("batch_size", 0, "--batch-size", "must be in [1, 1024], got 0"),
@@ -33,19 +34,16 @@ BAD = [
 
 @pytest.mark.parametrize("name,value,flag,words", BAD, ids=[f"{b[0]}={b[1]}" for b in BAD])
 def test_library_refuses_out_of_range_settings(name, value, flag, words, tmp_path):
-    extra = {"primer": "opening.mid"} if name == "primer_seconds" else {}
     with pytest.raises(SettingError) as e:
-        SamplingConfig(**{name: value}, **extra).validate()
+        SamplingConfig(**{name: value}).validate()
     assert e.value.field == name and str(e.value) == f"{name} {words}"
     with pytest.raises(SettingError, match=f"^{name} "):  # before any checkpoint is opened
-        cadenza.generate(tmp_path / "no-such-run", **{name: value}, **extra)
+        cadenza.generate(tmp_path / "no-such-run", **{name: value})
 
 
 @pytest.mark.parametrize("name,value,flag,words", BAD, ids=[f"{b[0]}={b[1]}" for b in BAD])
 def test_cli_exits_2_with_one_line_naming_the_flag(name, value, flag, words, tmp_path, capsys):
     argv = ["generate", "--checkpoint", str(tmp_path / "no-such-run"), flag, str(value)]
-    if name == "primer_seconds":
-        argv += ["--primer", "opening.mid"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"cadenza generate: error: {flag} {words}\n"
@@ -54,10 +52,19 @@ def test_cli_exits_2_with_one_line_naming_the_flag(name, value, flag, words, tmp
 def test_exclusive_and_dependent_settings():
     with pytest.raises(SettingError, match="seconds and max_tokens are exclusive"):
         SamplingConfig(seconds=10, max_tokens=100).validate()
-    with pytest.raises(SettingError, match="primer_seconds needs a primer"):
-        SamplingConfig(primer_seconds=4).validate()
     with pytest.raises(SettingError, match="tempo is not a sampling setting"):
         SamplingConfig.from_dict({"tempo": 120})
+
+
+def test_a_primer_cut_is_checked_before_any_file_is_read(tmp_path, capsys):
+    with pytest.raises(SettingError, match="^primer_seconds must be > 0, got -3.0$"):
+        Continue(Notes.empty(), -3.0)
+    with pytest.raises(SettingError, match="^primer_seconds needs a primer to cut$"):
+        Continue(seconds=4)
+    argv = ["generate", "--checkpoint", str(tmp_path / "no-such-run"), "--primer", str(tmp_path / "no.mid"),
+            "--primer-seconds", "-3"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "cadenza generate: error: --primer-seconds must be > 0, got -3.0\n"
 
 
 def test_config_round_trips_through_json_and_sets_the_token_budget():

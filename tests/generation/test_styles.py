@@ -12,7 +12,7 @@ from conftest import random_piece, write_score
 
 import cadenza
 from cadenza.data.dataset import WindowDataset
-from cadenza.data.tokenizers import PerformanceTokenizer, tokenizer_from_dict
+from cadenza.data.tokenizers import PerformanceTokenizer
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.sampler import generate_ids, sample_seeds
 from cadenza.models import checkpoint as ckpt
@@ -47,7 +47,7 @@ def test_style_labels_round_trip_through_store_dataset_and_checkpoint(styled):
     assert store.styles == ["jigs", "chorales"] and {p.style for p in store.pieces} == {"jigs", "chorales"}
     assert store.manifest["styles"]["jigs"]["pieces"] + store.manifest["styles"]["chorales"]["pieces"] == 12
     meta = ckpt.read_meta(ckpt.latest_checkpoint(run))
-    tok = tokenizer_from_dict(meta["tokenizer"])
+    tok = ckpt.load_tokenizer(run, prefer="latest")
     assert tok.styles == ("jigs", "chorales") and tok.vocab_size == PerformanceTokenizer().vocab_size + 3
     assert meta["config"]["model"]["vocab_size"] == tok.vocab_size
     ds = WindowDataset(store, "train", 64, tokenizer=tok)  # no dropout: every window names its style
@@ -67,8 +67,7 @@ def test_generation_names_its_style_and_refuses_unknown_ones(styled, tmp_path):
 
 
 def _sample(run, style: str, guidance: float, use_cache: bool = True, slide: int | None = None, n: int = 40):
-    model, meta = ckpt.load_model(run)
-    tok = tokenizer_from_dict(meta["tokenizer"])
+    model, tok = (c := ckpt.load(run)).model, c.tokenizer
     prompt = torch.tensor([tok.style_prefix(style) + [tok.bos_id]] * 3)
     cfg = SamplingConfig(style=style, guidance=guidance, max_tokens=n, use_cache=use_cache, stop_at_eos=False)
     return generate_ids(model, prompt, tok, cfg, seeds=sample_seeds(7, 0, 3), slide=slide)
@@ -94,17 +93,17 @@ def test_fine_tuning_keeps_the_old_styles_and_adds_new_ones(styled, tmp_path):
     folder = styled_folder(tmp_path / "mine", {"mine": 5}, seed=3)
     store = cadenza.prepare(folder, tmp_path / "store", styles_from_folders=True, workers=1, progress=False,
                             valid_fraction=0.2, test_fraction=0.0).store
-    before, _ = ckpt.load_model(run)
+    before = ckpt.load(run).model
     cfg = resolve("tiny", overrides=["max_steps=2", "batch_size=2", "sample_tokens=0", "eval_every=2",
                                      "eval_windows=2", "precision=\"fp32\"", "device=\"cpu\"", "warmup_steps=1"])
     cfg.train.init = str(run)
     res = cadenza.train(cfg, store.path, tmp_path / "tuned", progress=False)
-    after, meta = ckpt.load_model(res.run_dir)
-    tok = tokenizer_from_dict(meta["tokenizer"])
+    tuned = ckpt.load(res.run_dir)
+    after, meta, tok = tuned.model, tuned.meta, tuned.tokenizer
     assert tok.styles == ("jigs", "chorales", "mine")  # old ids kept, the new style appended
     assert meta["config"]["model"]["d_model"] == 32  # the architecture of the model it started from
     assert after.tok_emb.weight.shape[0] == before.tok_emb.weight.shape[0] + 1
-    old_ids = [tokenizer_from_dict(ckpt.read_meta(ckpt.latest_checkpoint(run))["tokenizer"]).style_id(s)
+    old_ids = [ckpt.load_tokenizer(run, prefer="latest").style_id(s)
                for s in ("jigs", "chorales")]
     assert old_ids == [tok.style_id("jigs"), tok.style_id("chorales")]
     for style in tok.styles:  # every style, old and new, plays

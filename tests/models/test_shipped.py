@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import cadenza
-from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.evaluation.pieces import rebuild_store
 from cadenza.models import checkpoint as ckpt
 from cadenza.models import zoo
 
@@ -27,13 +27,14 @@ def shipped() -> dict:
 def test_the_shipped_model_is_small_verified_and_carries_its_record(shipped):
     folder = zoo.resolve_model(zoo.DEFAULT)
     assert sum(f.stat().st_size for f in folder.iterdir()) < 20e6
-    model, meta = ckpt.load_model(folder, "cpu")  # checks the weights' checksum
-    assert meta["dtype"] == "float16" and next(model.parameters()).dtype.is_floating_point
+    loaded = ckpt.load(zoo.DEFAULT, "cpu")  # by name; checks the weights' checksum
+    assert loaded.path == str(folder)
+    assert loaded.meta["dtype"] == "float16" and next(loaded.model.parameters()).dtype.is_floating_point
     run = json.loads((folder / "run.json").read_text())
     env = run["environment"]
     assert env["git_commit"] and env["torch"] and run["data_fingerprint"] and run["command"].startswith("cadenza train")
     card = json.loads((folder / "classifier.json").read_text())
-    assert card["styles"] == shipped["styles"] == list(tokenizer_from_dict(meta["tokenizer"]).styles)
+    assert card["styles"] == shipped["styles"] == list(loaded.tokenizer.styles)
     assert set(card["reference"]) == set(shipped["styles"])
     data = json.loads((folder / "data.json").read_text())
     assert set(data["styles"]) == set(shipped["styles"])
@@ -60,7 +61,7 @@ def test_a_style_the_model_does_not_know_is_a_clear_error(shipped):
 @pytest.mark.slow
 def test_the_cards_valid_nll_reproduces_from_a_store_rebuilt_from_the_corpora(shipped, tmp_path):
     card = json.loads(CARD_NLL.read_text())["nll"]
-    res = zoo.rebuild_store(zoo.DEFAULT, "valid", tmp_path / "valid", progress=False)
+    res = rebuild_store(zoo.DEFAULT, "valid", tmp_path / "valid", progress=False)
     got = cadenza.evaluate(zoo.DEFAULT, res.store.path, split="valid")["nll"]
     assert got["pieces"] == card["pieces"] and got["tokens"] == card["tokens"]
     assert got["nll_nats"] == pytest.approx(card["nll_nats"], abs=0.01)

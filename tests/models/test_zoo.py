@@ -9,8 +9,10 @@ import pytest
 
 import cadenza
 import cadenza.data.corpora as C
+from cadenza.evaluation.pieces import rebuild_store, store_pieces
 from cadenza.models import zoo
 from cadenza.training.config import resolve
+from cadenza.training.export import export
 
 
 def abc_book(n: int, seed: int = 0) -> str:
@@ -42,10 +44,10 @@ def test_rebuilt_validation_pieces_reproduce_the_shipped_models_nll(book):
                                      "batch_size=4", "max_steps=2", "eval_every=2", "eval_windows=2",
                                      "sample_tokens=0", "precision=\"fp32\"", "device=\"cpu\""])
     cadenza.train(cfg, store.path, book / "run", progress=False)
-    zoo.export(book / "run", book / "shipped" / zoo.DEFAULT, extra_files={"pieces.json": zoo.store_pieces(store)})
+    export(book / "run", book / "shipped" / zoo.DEFAULT, extra_files={"pieces.json": store_pieces(store)})
     card = cadenza.evaluate(zoo.DEFAULT, store.path, split="valid")["nll"]
     # a fresh cache: only the validation tunes are converted again, nothing else
-    res = zoo.rebuild_store(zoo.DEFAULT, "valid", book / "rebuilt", workers=1, progress=False)
+    res = rebuild_store(zoo.DEFAULT, "valid", book / "rebuilt", workers=1, progress=False)
     assert len(res.store) == card["pieces"] and {p.split for p in res.store.pieces} == {"valid"}
     again = cadenza.evaluate(zoo.DEFAULT, res.store.path, split="valid")["nll"]
     assert again["tokens"] == card["tokens"] and again["nll_nats"] == pytest.approx(card["nll_nats"], abs=1e-9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -44,8 +45,8 @@ def test_a_model_the_compiled_step_cannot_serve_is_reported_with_the_reason(stud
     load = registry.load
 
     def bf16(model_id):  # a copy: the registry's cached model stays as it is
-        model, meta = load(model_id)
-        return copy.deepcopy(model).to(torch.bfloat16), meta
+        checkpoint = load(model_id)
+        return dataclasses.replace(checkpoint, model=copy.deepcopy(checkpoint.model).to(torch.bfloat16))
 
     monkeypatch.setattr(registry, "load", bf16)
     status = {}
@@ -61,7 +62,7 @@ def test_warm_up_builds_the_page_shapes_and_jobs_then_use_them(studio_runs, comp
     warm_up(registry, "run:tiny", rows=(1,), status=status)
     assert status == {"compiled_step": "ready"}
     assert len(list((compiling / "decode").glob("step-*.pt2"))) == 1
-    model, _ = registry.load("run:tiny")
+    model = registry.load("run:tiny").model
     assert compiled.decoder(model, 1, build_missing=False) is not None  # ready for a one-row job
     assert compiled.decoder(model, 3, build_missing=False) is None  # other shapes decode eagerly
 
@@ -81,12 +82,11 @@ def test_the_warm_up_feeds_the_window_slide_a_long_job_meets(studio_runs):
     """The server warms the eager shape of a window slide at start, so the kernels made for it on
     first use (and kept) are made then, not as memory growth during a later round of jobs: it must be
     the very shape a job past the context feeds."""
-    from cadenza.data.tokenizers import tokenizer_from_dict
     from cadenza.generation.config import SamplingConfig
     from cadenza.generation.sampler import generate_ids, warm_window_slide
 
-    model, meta = Registry(studio_runs).load("run:tiny")
-    tok = tokenizer_from_dict(meta["tokenizer"])
+    checkpoint = Registry(studio_runs).load("run:tiny")
+    model, tok = checkpoint.model, checkpoint.tokenizer
     style = tok.styles[0]
     for rows in (1, 2):
         prompt = torch.tensor([tok.window_prefix(style) + [tok.bos_id]] * rows)

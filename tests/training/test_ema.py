@@ -71,7 +71,7 @@ def test_a_checkpoint_holds_the_average_as_its_model_and_validates_it(store, tmp
     saved, trained = weights(step_dir), ckpt.load_state(step_dir)["train_weights"]
     assert any(not torch.equal(saved[k], trained[k]) for k in saved)
     # the validation loss recorded is the loss of the model the checkpoint holds
-    model, meta = ckpt.load_model(step_dir)
+    model, meta = (c := ckpt.load(step_dir)).model, c.meta
     st = TokenStore(store)
     c = cfg()
     valid = fixed_windows(training_windows(st, "valid", c.model.context, st.tokenizer, seed=1234), c.train.eval_windows)

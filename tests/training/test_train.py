@@ -97,14 +97,14 @@ def test_a_run_saved_in_fp16_resumes_in_fp32(store, tmp_path, monkeypatch):
 
 def test_checkpoint_is_self_describing_and_reloads_without_flags(store, tmp_path):
     res = train(cfg("max_steps=4", "save_every=4", "attention=\"rope\""), store, tmp_path / "r", progress=False)
-    model, meta = ckpt.load_model(tmp_path / "r")
+    model, meta = (c := ckpt.load(tmp_path / "r")).model, c.meta
     assert meta["step"] == 4 and meta["config"]["model"]["attention"] == "rope"
     assert meta["tokenizer"]["name"] == "performance" and meta["data_fingerprint"]
     assert meta["versions"]["torch"] if "versions" in meta else meta["environment"]
     keys = open(Path(meta["path"]) / "model.safetensors", "rb").read(20000)
     assert b"module." not in keys and b"_orig_mod" not in keys
     x = torch.randint(0, 300, (1, 20))
-    again, _ = ckpt.load_model(res.checkpoint)
+    again = ckpt.load(res.checkpoint).model
     assert torch.equal(model(x)[0], again(x)[0])
     assert (tmp_path / "r" / "config.json").exists() and (tmp_path / "r" / "run.json").exists()
     run = json.loads((tmp_path / "r" / "run.json").read_text())

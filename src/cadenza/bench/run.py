@@ -74,7 +74,8 @@ def benchmark(task: str, data: str | os.PathLike, out: str | os.PathLike | None 
 def score(run_dir: Path, store, mod, key: str, device: str = "auto") -> dict[str, Any]:
     """Best checkpoint (by validation loss) scored on valid and test, each exactly once."""
     dev = pick_device(device)
-    model, meta = ckpt.load_model(run_dir, dev, prefer="best")
+    loaded = ckpt.load(run_dir, dev, prefer="best")
+    model, meta = loaded.model, loaded.meta
     tc = meta["config"]["train"]
     out = {"dataset": key, "checkpoint": meta["path"], "step": meta["step"], "seed": tc["seed"],
            "transpose": tc["transpose"], "model": describe(meta["config"]["model"], tc), "hardware": hardware(dev)}

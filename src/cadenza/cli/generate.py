@@ -1,4 +1,7 @@
-"""`cadenza generate`: flags -> a SamplingConfig -> `cadenza.generate` -> one line per sample."""
+"""`cadenza generate`: flags -> a task and a SamplingConfig -> `cadenza.generate` -> one line per sample.
+
+The MIDI files a task names are read here, with the checkpoint's tokenizer, and handed down as notes.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +9,15 @@ import argparse
 
 from cadenza.cli.common import add_settings, add_verb, settings_of
 from cadenza.generation.config import SamplingConfig
+from cadenza.settings import SettingError
 
 EPILOG = """examples:
   cadenza generate --style irish --seconds 30 --render          # the shipped style model
   cadenza generate --style bach --guidance 2 --num-samples 4    # follow the style more strongly
   cadenza generate --checkpoint runs/bach --num-samples 4 --seconds 30 --out samples/
   cadenza generate --checkpoint runs/bach --primer opening.mid --primer-seconds 8 --top-p 0.95 --render
+  cadenza generate --primer tune.mid --infill 8:16 --style irish --num-samples 3   # rewrite 8-16 s
+  cadenza generate --accompany melody.mid --style bach                              # voices under it
 the same --seed gives the same MIDI, bit for bit, on the same machine."""
 
 
@@ -27,6 +33,13 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--out", default="samples", help="folder for sample-NNN.mid and generation.json")
     p.add_argument("--render", action="store_true", help="also write WAV and piano-roll PNG for each sample")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    task = p.add_argument_group("what to start from", "A new piece without these.")
+    task.add_argument("--primer", metavar="MIDI", help="a MIDI file to continue (or, with --infill, to fill)")
+    task.add_argument("--primer-seconds", type=float, metavar="S", help="use only the primer's first S seconds")
+    task.add_argument("--infill", metavar="START:END", help="rewrite the primer's notes that start in this span "
+                      "(seconds), keeping every other note as it is (a model trained with anticipation)")
+    task.add_argument("--accompany", metavar="MIDI", help="write voices under the melody of this MIDI file (its "
+                      "lead instrument, or its top line), which comes back note for note")
     add_settings(p, SamplingConfig, "sampling settings",
                  "The fields of SamplingConfig, as cadenza.generate() and the studio take them.")
     p.set_defaults(func=run)
@@ -39,7 +52,8 @@ def run(a: argparse.Namespace) -> int:
 
     # each flag's dest is its SamplingConfig field, which validates it (and the error names the flag)
     settings = settings_of(a, SamplingConfig)
-    g = generate(a.checkpoint, settings, out=a.out, device=a.device, render=a.render, progress=not a.quiet)
+    g = generate(a.checkpoint, settings, prompt=task_of(a), out=a.out, device=a.device, render=a.render,
+                 progress=not a.quiet)
     for path, s in zip(g.paths, g.stats):
         secs = f"{s['seconds']:.1f} s" if s["seconds"] is not None else "? s"
         print(f"{path}  {s['tokens']} tokens, {s['notes']} notes, {secs}, {s['repairs']['repairs']} repairs")
@@ -48,3 +62,25 @@ def run(a: argparse.Namespace) -> int:
         how += f", built in {g.run['compile_seconds']:.0f} s first"
     print(f"{g.tokens_per_s:,.0f} tokens/s on {g.run['device']} ({how}); settings in {a.out}/generation.json")
     return 0
+
+
+def task_of(a: argparse.Namespace):
+    """The task the flags ask for, its MIDI file read as the checkpoint's tokenizer reads it."""
+    # lazy: both import torch or numpy, which `cadenza --help` must not wait for
+    from cadenza.generation.generate import read_notes_for
+    from cadenza.generation.prompt import Accompany, Continue, Infill, check_cut, parse_span
+
+    if a.accompany is not None:
+        if a.primer is not None or a.infill is not None:
+            raise SettingError("accompany", "and --primer/--infill are exclusive: the melody file is the piece")
+        return Accompany(read_notes_for(a.checkpoint, a.accompany), source=a.accompany)
+    if a.infill is not None:
+        start, end = parse_span(a.infill)
+        if a.primer is None:
+            raise SettingError("infill", "needs --primer, the piece to fill")
+        if a.primer_seconds is not None:
+            raise SettingError("primer_seconds", "cuts a primer to continue; an infill keeps the whole piece")
+        return Infill(read_notes_for(a.checkpoint, a.primer), start, end, source=a.primer)
+    check_cut(a.primer_seconds, a.primer is not None)  # before the checkpoint and the file are opened
+    notes = read_notes_for(a.checkpoint, a.primer) if a.primer is not None else None
+    return Continue(notes, a.primer_seconds, source=a.primer)

@@ -20,7 +20,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(a: argparse.Namespace) -> int:
     # lazy: it imports torch, which `cadenza --help` and the other verbs must not wait for
-    from cadenza.models.zoo import DEFAULT, list_models, rebuild_store
+    from cadenza.evaluation.pieces import rebuild_store
+    from cadenza.models.zoo import DEFAULT, list_models
 
     if a.rebuild:
         if not a.out:

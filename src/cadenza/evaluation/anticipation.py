@@ -17,7 +17,6 @@ their lengths, trained with anticipation, is judged by (`benchmarks/bench_antici
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,9 +26,8 @@ import numpy as np
 
 from cadenza.atomic import atomic_path
 from cadenza.data.anticipation import melody
-from cadenza.data.midi import Notes, write_midi
+from cadenza.data.midi import Notes
 from cadenza.data.store import SPLITS, TokenStore
-from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.env.device import pick_device
 from cadenza.evaluation.classifier import StyleClassifier
 from cadenza.evaluation.features import excerpt, style_features
@@ -38,8 +36,8 @@ from cadenza.evaluation.nll import token_nll
 from cadenza.evaluation.spans import draw_spans, encodings, infill, span_nll
 from cadenza.evaluation.styles import classifier_report
 from cadenza.generation.generate import sample, sampling_config
+from cadenza.generation.prompt import Accompany, Task
 from cadenza.models import checkpoint as ckpt
-from cadenza.models.zoo import resolve_model
 from cadenza.settings import setting, validate
 
 PARTS = ("durations", "likelihood", "infilling", "accompaniment")
@@ -63,30 +61,40 @@ class AnticipationEvalConfig:
 @dataclass
 class Model:
     """A loaded checkpoint (`name`: as it was asked for, a run, a checkpoint or a shipped model's
-    name), its tokenizer, and the store of the held-out pieces in its vocabulary."""
+    name) and the store of the held-out pieces in its vocabulary."""
 
     name: str
-    model: Any
-    meta: dict
-    tok: Any
+    checkpoint: ckpt.Checkpoint
     store: TokenStore
 
     @classmethod
     def load(cls, checkpoint, data, device) -> Model:
-        model, meta = ckpt.load_model(resolve_model(checkpoint), device)
+        loaded = ckpt.load(checkpoint, device)
         store = TokenStore(data)
-        if not store.tokenizer.same_as(meta["tokenizer"]):
+        if not store.tokenizer.same_as(loaded.meta["tokenizer"]):
             raise ValueError(f"{data} was tokenized differently from {checkpoint}'s training data")
-        return cls(str(checkpoint), model, meta, tokenizer_from_dict(meta["tokenizer"]), store)
+        return cls(str(checkpoint), loaded, store)
+
+    @property
+    def model(self):
+        return self.checkpoint.model
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.checkpoint.meta
+
+    @property
+    def tok(self):
+        return self.checkpoint.tokenizer
 
     def describe(self) -> dict[str, Any]:
         return {"checkpoint": self.name, "step": self.meta["step"], "tokenizer": self.tok.name,
                 "vocab_size": self.tok.vocab_size, "parameters": self.meta.get("parameters"),
                 "data_fingerprint": self.meta.get("data_fingerprint")}
 
-    def generate(self, cfg: AnticipationEvalConfig, **settings):
+    def generate(self, cfg: AnticipationEvalConfig, prompt: Task | None = None, **settings):
         base = {"seed": cfg.seed, "compile": cfg.compile, "guidance": cfg.guidance if settings.get("style") else 1.0}
-        return sample(self.model, self.meta, sampling_config(base, **settings))
+        return sample(self.checkpoint, sampling_config(base, **settings), prompt)
 
 
 # -- 1. durations ----------------------------------------------------------------------------------
@@ -188,7 +196,7 @@ def infilling_report(new: Model, cfg: AnticipationEvalConfig) -> dict[str, Any]:
         for name, (ids, mask) in encodings(tok, s).items():
             nll[name].append(span_nll(new.model, ids, mask))
     plain, given = (np.array([v for v, _ in nll[k]]) for k in ("plain", "anticipatory"))
-    fills = [infill(new.model, new.meta, tok, s, cfg.seed + i, cfg.compile) for i, s in enumerate(spans)]
+    fills = [infill(new.checkpoint, s, cfg.seed + i, cfg.compile) for i, s in enumerate(spans)]
     ceiling_split = "test" if cfg.split != "test" else "valid"
     others = draw_spans(new.store, tok, ceiling_split, cfg.spans, context, seed=cfg.seed)
     per_style = {}
@@ -232,28 +240,21 @@ def harmony(tune: Notes, others: Notes) -> dict[str, float]:
     return {"consonant": float(consonant), "voices_under": float(u["voices"].mean()), "above": float(u["above"].mean())}
 
 
-def _keys(notes: Notes, sps: int) -> list[tuple]:
-    """Each note as (onset, release, pitch, velocity, program), times in grid steps."""
-    on, off = np.rint(notes.start * sps).astype(int), np.rint(notes.end * sps).astype(int)
-    return list(zip(on.tolist(), off.tolist(), notes.pitch.tolist(), notes.velocity.tolist(),
-                    notes.programs.tolist()))
-
-
 def harmonise(new: Model, cfg: AnticipationEvalConfig, index: int, seed: int) -> dict[str, Any]:
     """One held-out piece's melody harmonised by the model: the real and generated notes, split into
     melody and the rest, and whether every melody note came back as it went in."""
-    tok, sps = new.tok, new.tok.steps_per_second
+    tok = new.tok
     g = new.store.tokenizer.decode_grid(new.store[index], clock=0)[0]
     tune = melody(g)
     real, real_melody = tok.to_grid_notes(g), tok.to_grid_notes(g.take(tune))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = write_midi(real, Path(tmp) / "piece.mid")
-        result = new.generate(cfg, accompany=str(path), style=cfg.accompany_style, seed=seed).notes[0]
-    want = set(_keys(real_melody, sps))
-    mine = np.array([k in want for k in _keys(result, sps)], bool)  # no new note can share a given one's key
+    gen = new.generate(cfg, Accompany(real), style=cfg.accompany_style, seed=seed)
+    result, mine = gen.notes[0], gen.given[0]
+    kept, want = result.take(mine).by_time(), real_melody.by_time()
+    returned = 0 < len(want) == len(kept) and all(np.array_equal(getattr(kept, f), getattr(want, f))
+                                                   for f in ("start", "end", "pitch", "velocity"))
     return {"real": real, "real_melody": real_melody, "real_rest": tok.to_grid_notes(g.take(~tune)),
             "result": result, "melody": result.take(mine), "rest": result.take(~mine),
-            "returned": int(mine.sum()) == len(want) > 0}
+            "returned": returned}
 
 
 def accompaniment_report(new: Model, cfg: AnticipationEvalConfig, clf: StyleClassifier) -> dict[str, Any]:

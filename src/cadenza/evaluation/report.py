@@ -11,7 +11,6 @@ from typing import Any
 from cadenza.atomic import write_json
 from cadenza.data.midi import MIDI_SUFFIXES, read_notes
 from cadenza.data.store import SPLITS, TokenStore
-from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.env.record import command_line, cpu_info, git_commit, library_versions
 from cadenza.evaluation.memorisation import RunFinder
 from cadenza.evaluation.metrics import compare_sets
@@ -71,15 +70,14 @@ def nll_report(checkpoint, data, split: str = "test", stride: int | None = None,
     from cadenza.env.device import pick_device
     from cadenza.evaluation.nll import token_nll
     from cadenza.models import checkpoint as ckpt
-    from cadenza.models.zoo import resolve_model
 
     dev = pick_device(device)
-    model, meta = ckpt.load_model(resolve_model(checkpoint), dev)
+    loaded = ckpt.load(checkpoint, dev)
+    model, meta = loaded.model, loaded.meta
     store = TokenStore(data)
     if not store.tokenizer.same_as(meta["tokenizer"]):
         raise ValueError(f"{data} was tokenized differently from the checkpoint's training data")
-    r = token_nll(model, store, split, stride=stride, device=dev, progress=progress,
-                  tokenizer=tokenizer_from_dict(meta["tokenizer"]))
+    r = token_nll(model, store, split, stride=stride, device=dev, progress=progress, tokenizer=loaded.tokenizer)
     out = r.as_dict()
     # A shipped model by its name: where the package is installed says nothing about the result.
     shipped = not os.path.exists(str(checkpoint))

@@ -17,23 +17,21 @@ that brings the clock to the span's end, included (`span_music`); its NLL is the
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from cadenza.data.anticipation import window_ids
-from cadenza.data.midi import Notes, write_midi
+from cadenza.data.midi import Notes
 from cadenza.data.tokenizers.note_grid import GridNotes
 from cadenza.evaluation.features import excerpt
 from cadenza.generation.generate import sample, sampling_config
+from cadenza.generation.prompt import Infill
 
 SECONDS = (4.0, 8.0)  # a span's length, drawn uniformly
 MIN_PREFIX = 1.0  # seconds of music a span keeps before it, at least
 TRIES = 50  # draws per span before a style's pieces are given up on
-SLACK = 0.005  # seconds: half a grid step, what reading a written MIDI file may move an onset by
 
 
 @dataclass
@@ -51,14 +49,12 @@ class Span:
 
     def real(self, tok) -> Notes:
         """The real notes starting in the span, in seconds from its start."""
-        return span_notes(tok.to_grid_notes(self.notes), self.start / tok.steps_per_second,
-                          self.end / tok.steps_per_second)
+        a, b = self.seconds(tok)
+        return excerpt(tok.to_grid_notes(self.notes), a, b - a)
 
-
-def span_notes(notes: Notes, start: float, end: float) -> Notes:
-    """The notes starting in [start, end) seconds (SLACK earlier, for MIDI's rounding), shifted
-    (by the same amount) to start at 0."""
-    return excerpt(notes, start - SLACK, end - start)
+    def seconds(self, tok) -> tuple[float, float]:
+        """The span [start, end) in seconds of the excerpt."""
+        return self.start / tok.steps_per_second, self.end / tok.steps_per_second
 
 
 def control_tokens(tok, ids: np.ndarray) -> np.ndarray:
@@ -173,14 +169,11 @@ def span_nll(model, ids: np.ndarray, mask: np.ndarray) -> tuple[float, int]:
     return float(nll[mask[1:last + 1]].sum()), int(mask.sum())
 
 
-def infill(model, meta: dict, tok, span: Span, seed: int, compile: bool = True) -> Notes:
-    """The model's fill of `span` (`cadenza.generate` with `infill`), as the notes it starts in the
-    span, in seconds from its start."""
-    sps = tok.steps_per_second
-    a, b = span.start / sps, span.end / sps
-    with tempfile.TemporaryDirectory() as tmp:
-        primer = write_midi(tok.to_grid_notes(span.notes), Path(tmp) / "excerpt.mid")
-        cfg = sampling_config(primer=str(primer), infill=f"{a!r}:{b!r}", seed=seed, compile=compile,
-                              style=span.style if span.style in tok.styles else None)
-        notes = sample(model, meta, cfg).notes[0]
-    return span_notes(notes, a, b)
+def infill(checkpoint, span: Span, seed: int, compile: bool = True) -> Notes:
+    """The model's fill of `span` (`cadenza.generate` with an `Infill` of the excerpt), as the notes
+    it starts in the span, in seconds from its start."""
+    tok = checkpoint.tokenizer
+    a, b = span.seconds(tok)
+    cfg = sampling_config(seed=seed, compile=compile, style=span.style if span.style in tok.styles else None)
+    notes = sample(checkpoint, cfg, Infill(tok.to_grid_notes(span.notes), a, b)).notes[0]
+    return excerpt(notes, a, b - a)

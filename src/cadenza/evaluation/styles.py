@@ -20,14 +20,11 @@ import numpy as np
 
 from cadenza.atomic import write_json
 from cadenza.data.store import TokenStore
-from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.evaluation.classifier import StyleClassifier, confusion, confusion_png, excerpts
 from cadenza.evaluation.features import style_features
 from cadenza.evaluation.memorisation import RunFinder
 from cadenza.evaluation.metrics import mean_overlap
 from cadenza.generation.generate import generate
-from cadenza.models import checkpoint as ckpt
-from cadenza.models.zoo import resolve_model
 from cadenza.settings import setting, validate
 
 
@@ -87,12 +84,7 @@ def _samples(checkpoint, style: str, guidance: float, cfg: StyleEvalConfig, devi
     g = generate(checkpoint, style=style, guidance=guidance, num_samples=cfg.per_style, seconds=cfg.seconds,
                  stop_at_eos=False, seed=cfg.seed, batch_size=min(cfg.per_style, 10), device=device,
                  progress=progress)
-    tok = _tokenizer(checkpoint)
-    return [tok.to_notes(ids) for ids in g.ids]
-
-
-def _tokenizer(checkpoint):
-    return tokenizer_from_dict(ckpt.read_meta(ckpt.resolve(resolve_model(checkpoint)))["tokenizer"])
+    return g.notes
 
 
 def _style_report(store: TokenStore, clf: StyleClassifier, style: str, samples: dict, real: dict,

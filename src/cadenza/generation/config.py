@@ -1,4 +1,7 @@
-"""`SamplingConfig`: every setting of a generation, with its valid range, in one validated dataclass.
+"""`SamplingConfig`: how to sample, every setting with its valid range, in one validated dataclass.
+
+What a generation starts from (a primer, an infill, a melody) is not a setting: it is the task
+(`cadenza.generation.prompt`).
 
 The command line builds it from flags (made from these declarations), the Python API from keywords
 (or a dict / JSON), the web studio from the JSON a client sends; all three go through `validate`,
@@ -30,12 +33,6 @@ class SamplingConfig:
     top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: sample among the smallest set of tokens whose "
                                                         "probability reaches p")
     seed: int = setting(0, ge=0, lt=2**32, doc="the same seed gives the same MIDI, bit for bit, on the same machine")
-    primer: str | None = setting(None, doc="a MIDI file to continue")
-    primer_seconds: float | None = setting(None, gt=0, doc="use only the primer's first S seconds")
-    infill: str | None = setting(None, doc="START:END seconds: rewrite the primer's notes that start in this span, "
-                                 "keeping every other note as it is (a model trained with anticipation)")
-    accompany: str | None = setting(None, doc="a MIDI file: write voices under its melody (its lead instrument, "
-                                    "or its top line), which comes back note for note")
     constrained: bool = setting(True, flag="--unconstrained", doc="grammar-constrained decoding: every note that "
                                 "starts, ends (off: no grammar mask; the decoder still repairs)")
     max_polyphony: int | None = setting(None, ge=0, le=128, doc="at most this many notes sounding at once "
@@ -55,29 +52,9 @@ class SamplingConfig:
         validate(self)
         if self.max_tokens is not None and self.seconds is not None:
             raise SettingError("seconds", "and max_tokens are exclusive: give one length")
-        if self.primer_seconds is not None and self.primer is None:
-            raise SettingError("primer_seconds", "needs a primer to cut")
         if self.guidance != 1.0 and self.style is None:
             raise SettingError("guidance", "needs a style to guide towards (--style)")
-        if self.infill is not None:
-            self.span()
-            if self.primer is None or self.accompany is not None:
-                raise SettingError("infill", "needs a primer (the piece to fill) and no accompany")
-        if self.accompany is not None and self.primer is not None:
-            raise SettingError("accompany", "and primer are exclusive: the melody file is the piece")
         return self
-
-    def span(self) -> tuple[float, float] | None:
-        """The infill span as (start, end) seconds, or None."""
-        if self.infill is None:
-            return None
-        try:
-            start, end = (float(x) for x in self.infill.split(":"))
-        except ValueError:
-            raise SettingError("infill", f"must be START:END in seconds, such as 8:16, got {self.infill!r}") from None
-        if not 0 <= start < end:
-            raise SettingError("infill", f"must have 0 <= START < END, got {self.infill!r}")
-        return start, end
 
     def token_budget(self) -> int:
         """New tokens per sample: max_tokens, or enough for `seconds` of dense music (then it stops

@@ -1,7 +1,8 @@
-"""`cadenza.generate(...)`: new pieces (or continuations of a primer) from any checkpoint.
+"""`cadenza.generate(...)`: new pieces, continuations, infills and accompaniments from any checkpoint.
 
 The checkpoint carries its model and tokenizer configs, so nothing about the architecture is
-passed here. Every setting is a field of `SamplingConfig`, given as one object, a dict, or
+passed here. What to start from is the `prompt`, a task of `cadenza.generation.prompt` (a new
+piece by default); how to sample is a `SamplingConfig`, given as one object, a dict, or
 keywords. Sampling is batched with the KV cache (or the LSTM's carried state), the grammar masks
 impossible events by default, and the same seed gives the same MIDI bit for bit on the same
 machine. With `out`, one .mid per sample is written plus ``generation.json`` (the settings, the
@@ -24,76 +25,16 @@ import torch
 from tqdm import tqdm
 
 from cadenza.atomic import write_json
-from cadenza.data.anticipation import Request, accompany_request, infill_request
-from cadenza.data.midi import Notes, notes_to_score, write_midi
-from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.data.midi import Notes, write_midi
 from cadenza.env.device import enable_tf32, pick_device
 from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
+from cadenza.generation.prompt import Accompany, Continue, Infill, Prompt, Task, describe
 from cadenza.generation.sampler import generate_ids, sample_seeds
 from cadenza.listen.render import render_file
 from cadenza.models import checkpoint as ckpt
-from cadenza.models.zoo import DEFAULT, resolve_model
-
-
-@dataclass
-class Prompt:
-    """What every sample of a generation starts from: the checkpoint's tokenizer, the primer's ids,
-    the ids fed first (the window prefix, BOS, the primer) and, for an infill or an accompaniment,
-    the `Request` (the given notes, and the plan that places them)."""
-
-    tokenizer: Any
-    primer: list[int]
-    ids: list[int]
-    request: Request | None = None
-
-    @classmethod
-    def build(cls, meta: dict, cfg: SamplingConfig) -> Prompt:
-        """The prompt of `cfg` (style, primer, infill, accompany) for the checkpoint `meta` describes."""
-        tok = tokenizer_from_dict(meta["tokenizer"])
-        if cfg.seconds is not None and not tok.has_clock:
-            raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
-        if cfg.infill is not None or cfg.accompany is not None:
-            return cls._given(tok, cfg)
-        primer = tok.encode_primer(cfg.primer, cfg.primer_seconds).tolist() if cfg.primer else []
-        return cls(tok, primer, tok.window_prefix(cfg.style) + [tok.bos_id] + primer)
-
-    @classmethod
-    def _given(cls, tok, cfg: SamplingConfig) -> Prompt:
-        task = "infill" if cfg.infill is not None else "accompany"
-        if not tok.anticipates:
-            raise ValueError(f"this model cannot {task}: its {tok.name} vocabulary has no given notes; use a model "
-                             "trained on `--tokenizer notes`, such as the shipped styles model")
-        if task == "infill":
-            request = infill_request(tok, tok.read(cfg.primer)[0], *cfg.span())
-        else:
-            request = accompany_request(tok, tok.read(cfg.accompany)[0])
-        prompt = request.prompt.tolist()
-        return cls(tok, prompt[1:], tok.window_prefix(cfg.style, request.anticipate) + prompt, request)
-
-    def decoding(self, cfg: SamplingConfig) -> SamplingConfig:
-        """The settings the decoding loop runs with: for an infill or an accompaniment, no EOS and
-        a length that runs to where the new notes stop (with room for the given notes' tokens)."""
-        r = self.request
-        if r is None:
-            return cfg
-        seconds = (r.stop - r.clock) / self.tokenizer.steps_per_second
-        room = 4 * (len(r.plan.controls) - r.plan.placed)
-        return replace(cfg, seconds=seconds, max_tokens=int(seconds * 60) + 64 + room, stop_at_eos=False)
-
-    def notes_of(self, ids: list[int]) -> Notes:
-        """A sample's notes in seconds: the primer's and the new ones; for an infill or an
-        accompaniment the given notes exactly as they came in, and the new ones."""
-        tok, r = self.tokenizer, self.request
-        if r is None:
-            return tok.to_notes(self.primer + ids)
-        flagged = self.ids[len(tok.style_prefix(None)):] + ids  # from the task flag on
-        events, _, _ = tok.decode_grid(flagged)
-        new = tok.to_grid_notes(events.take(events.onset >= r.plan.events_from))
-        both = [r.given, new]
-        return Notes.from_arrays(*(np.concatenate([getattr(n, f) for n in both])
-                                   for f in ("start", "end", "pitch", "velocity")),
-                                 np.concatenate([n.programs for n in both]))
+from cadenza.models.checkpoint import Checkpoint
+from cadenza.models.zoo import DEFAULT
 
 
 @dataclass
@@ -103,6 +44,7 @@ class Generation:
     stats: list[dict[str, Any]]
     config: SamplingConfig
     prompt: Prompt
+    notes: list[Notes]  # each sample's notes in seconds, primer (or given notes) included
     paths: list[Path] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # checkpoint, device, speed
 
@@ -111,10 +53,10 @@ class Generation:
         return self.run.get("tokens_per_s", float("nan"))
 
     @cached_property
-    def notes(self) -> list:
-        """Each sample's notes in seconds, primer (or given notes) included (what a player or a
-        piano roll needs); decoded once, on first use."""
-        return [self.prompt.notes_of(ids) for ids in self.ids]
+    def given(self) -> list[np.ndarray]:
+        """Per sample, which of its `notes` were given (the primer's, or the notes an infill or an
+        accompaniment kept): what a piano roll colours apart."""
+        return [self.prompt.given_of(n) for n in self.notes]
 
 
 def sampling_config(config: SamplingConfig | dict | None = None, **settings: Any) -> SamplingConfig:
@@ -126,39 +68,59 @@ def sampling_config(config: SamplingConfig | dict | None = None, **settings: Any
     return SamplingConfig.from_dict({**base, **settings})
 
 
-def generate(checkpoint: str | os.PathLike | None = None, config: SamplingConfig | dict | None = None, *,
-             out: str | os.PathLike | None = None, device: str = "auto", render: bool = False,
-             progress: bool = False, **settings: Any) -> Generation:
-    """Sample `config.num_samples` pieces from `checkpoint` (a run folder, a checkpoint folder, or a
-    shipped model's name; default: the shipped style model).
+def generate(checkpoint: str | os.PathLike | Checkpoint | None = None, config: SamplingConfig | dict | None = None,
+             *, prompt: Task | None = None, out: str | os.PathLike | None = None, device: str = "auto",
+             render: bool = False, progress: bool = False, **settings: Any) -> Generation:
+    """Sample `config.num_samples` pieces from `checkpoint` (a run folder, a checkpoint folder, a
+    shipped model's name, or a loaded `Checkpoint`; default: the shipped style model), starting
+    from `prompt` (`Continue`, `Infill` or `Accompany` of notes in memory; default: a new piece).
 
     ``generate(style="irish", seconds=30)``, ``generate("runs/bach", seconds=30, top_p=0.95,
     num_samples=4, out="samples")``: keywords are `SamplingConfig` fields and override `config`.
-    Returns symusic scores, ids and statistics.
+    Returns symusic scores, ids, notes and statistics.
     """
     cfg = sampling_config(config, **settings)
-    dev = decode_device(pick_device(device), cfg, device == "auto")
-    enable_tf32(dev)  # fp32 matmuls on Ampere and later GPUs
-    model, meta = ckpt.load_model(resolve_model(checkpoint if checkpoint is not None else DEFAULT), dev)
-    result = sample(model, meta, cfg, progress=progress)
+    if not isinstance(checkpoint, Checkpoint):
+        dev = decode_device(pick_device(device), cfg, device == "auto")
+        enable_tf32(dev)  # fp32 matmuls on Ampere and later GPUs
+        checkpoint = ckpt.load(checkpoint if checkpoint is not None else DEFAULT, dev)
+    result = sample(checkpoint, cfg, prompt, progress=progress)
     if out is not None:
         _write(result, Path(out), render)
     return result
 
 
-def infill(midi: str | os.PathLike, start: float, end: float, checkpoint: str | os.PathLike | None = None,
+def read_notes_for(checkpoint: str | os.PathLike | Checkpoint | None,
+                   source: str | os.PathLike | bytes | Notes) -> Notes:
+    """A MIDI file (a path or its bytes) as the checkpoint's tokenizer reads it (the sustain pedal,
+    instruments), for a prompt; `Notes` as they are."""
+    if isinstance(source, Notes):
+        return source
+    tok = checkpoint.tokenizer if isinstance(checkpoint, Checkpoint) else ckpt.load_tokenizer(
+        checkpoint if checkpoint is not None else DEFAULT)
+    return tok.read(source)[0]
+
+
+def infill(midi: str | os.PathLike | Notes, start: float, end: float, checkpoint: str | os.PathLike | None = None,
            **settings: Any) -> Generation:
-    """Rewrite the notes of the MIDI file `midi` that start in [start, end) seconds; every other
-    note comes back exactly. `generate` with ``primer=midi, infill="START:END"``: the keywords are
+    """Rewrite the notes of `midi` (a MIDI file, or `Notes`) that start in [start, end) seconds;
+    every other note comes back exactly. `generate` with ``prompt=Infill(...)``: the keywords are
     the same (style, guidance, temperature, seed, num_samples for variations, out, ...)."""
-    return generate(checkpoint, primer=str(midi), infill=f"{start!r}:{end!r}", **settings)
+    notes = read_notes_for(checkpoint, midi)
+    return generate(checkpoint, prompt=Infill(notes, start, end, source=_source(midi)), **settings)
 
 
-def accompany(melody: str | os.PathLike, checkpoint: str | os.PathLike | None = None, **settings: Any) -> Generation:
-    """Write voices under the melody of the MIDI file `melody` (its lead instrument where the
-    instruments differ, else its top line), which comes back note for note. `generate` with
-    ``accompany=melody``: the keywords are the same."""
-    return generate(checkpoint, accompany=str(melody), **settings)
+def accompany(melody: str | os.PathLike | Notes, checkpoint: str | os.PathLike | None = None,
+              **settings: Any) -> Generation:
+    """Write voices under the melody of `melody` (a MIDI file, or `Notes`: its lead instrument where
+    the instruments differ, else its top line), which comes back note for note. `generate` with
+    ``prompt=Accompany(...)``: the keywords are the same."""
+    notes = read_notes_for(checkpoint, melody)
+    return generate(checkpoint, prompt=Accompany(notes, source=_source(melody)), **settings)
+
+
+def _source(midi) -> str | None:
+    return None if isinstance(midi, Notes) else str(midi)
 
 
 # Batch sizes at which the CPU's compiled decode step outdecodes eager decoding on a GPU: what
@@ -175,43 +137,43 @@ def decode_device(device: torch.device, cfg: SamplingConfig, chosen: bool) -> to
     return device
 
 
-def sample(model, meta: dict, cfg: SamplingConfig, *, progress: bool = False,
-           on_tokens: Callable[[int, torch.Tensor], None] | None = None, build_compiled: bool = True,
-           prompt: Prompt | None = None) -> Generation:
-    """`generate` with a model already loaded (``checkpoint.load_model``): what a server calls.
+def sample(checkpoint: Checkpoint, cfg: SamplingConfig, prompt: Task | Prompt | None = None, *,
+           progress: bool = False, on_tokens: Callable[[int, torch.Tensor], None] | None = None,
+           build_compiled: bool = True) -> Generation:
+    """`generate` with a checkpoint already loaded (``checkpoint.load``): what a server calls.
 
-    `on_tokens(first_sample, tokens)` is called after every step with the new tokens so far of the
-    samples `first_sample`, ... (a (B, steps) view): the studio streams notes from it, and cancels a
-    job by raising in it. With `build_compiled=False` a compiled decode step is used only when it is
-    already built (a server does not make a job wait for a compiler). `prompt`: the
-    `Prompt.build(meta, cfg)` a caller already made (a server streaming notes needs its tokenizer
-    and primer before the samples exist); the returned `Generation` carries it.
+    `prompt`: a task, or the `Prompt.encode` of one a caller already made (a server streaming notes
+    needs its tokenizer and primer before the samples exist). `on_tokens(first_sample, tokens)` is
+    called after every step with the new tokens so far of the samples `first_sample`, ... (a
+    (B, steps) view): the studio streams notes from it, and cancels a job by raising in it. With
+    `build_compiled=False` a compiled decode step is used only when it is already built (a server
+    does not make a job wait for a compiler).
     """
-    prompt = prompt if prompt is not None else Prompt.build(meta, cfg)
-    tok, primer = prompt.tokenizer, prompt.primer
-    dev = next(model.parameters()).device
+    tok, meta = checkpoint.tokenizer, checkpoint.meta
+    if cfg.seconds is not None and not tok.has_clock:
+        raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
+    if not isinstance(prompt, Prompt):
+        prompt = Prompt.encode(tok, prompt if prompt is not None else Continue(), cfg.style)
+    dev = checkpoint.device
     t0 = time.time()
-    limit, cap = note_limit(cfg, meta), polyphony_limit(cfg, meta)
+    limit, cap = note_limit(cfg, checkpoint), polyphony_limit(cfg, meta)
     # the checkpoint's limits in place of the defaults, as the decoding loop applies them
     limited = prompt.decoding(replace(cfg, max_note_seconds=limit, max_polyphony=cap))
-    all_ids, compiled, setup = _sample(model, prompt, limited, dev, progress, on_tokens, build_compiled)
+    all_ids, compiled, setup = _sample(checkpoint.model, prompt, limited, dev, progress, on_tokens, build_compiled)
     elapsed = time.time() - t0
-    scores, stats = [], []
-    head = len(prompt.ids) - len(primer)  # the window prefix and BOS: not music
+    scores, notes, stats = [], [], []
     for ids in all_ids:
-        full = prompt.ids[head:] + ids
-        score, report = tok.decode(full)
-        if prompt.request is not None:  # the given notes as they came in, and the new ones
-            score = notes_to_score(prompt.notes_of(ids))
+        score, sample_notes, report = prompt.decode(ids)
         scores.append(score)
-        stats.append({"tokens": len(ids), "primer_tokens": len(primer), "notes": score.note_num(),
-                      "seconds": tok.seconds(full), "repairs": report.as_dict()})
-    run = {"checkpoint": meta["path"], "step": meta["step"], "data_fingerprint": meta.get("data_fingerprint"),
+        notes.append(sample_notes)
+        stats.append({"tokens": len(ids), "primer_tokens": len(prompt.primer), "notes": score.note_num(),
+                      "seconds": tok.seconds(prompt.primer + ids), "repairs": report.as_dict()})
+    run = {"checkpoint": checkpoint.path, "step": checkpoint.step, "data_fingerprint": meta.get("data_fingerprint"),
            "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap,
            "generation_seconds": elapsed, "compiled": compiled, "compile_seconds": setup,
            # decoding speed: a first run's build of the compiled step is not decoding
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed - setup, 1e-9)}
-    return Generation(scores, all_ids, stats, cfg, prompt, run=run)
+    return Generation(scores, all_ids, stats, cfg, prompt, notes, run=run)
 
 
 def _sample(model, prompt: Prompt, cfg: SamplingConfig, dev, progress: bool, on_tokens=None,
@@ -257,15 +219,15 @@ def _progress(bar, start: int, on_tokens):
     return step
 
 
-def note_limit(cfg: SamplingConfig, meta: dict) -> float | None:
+def note_limit(cfg: SamplingConfig, checkpoint: Checkpoint) -> float | None:
     """The longest a note may sound: the setting, else the 99.9th percentile of note lengths in the
     training data (recorded by `prepare`, carried by the checkpoint), so real long notes survive
     and a forgotten note-off does not hold a note for the rest of the piece; 0 means no limit."""
     if cfg.max_note_seconds is not None:
         return cfg.max_note_seconds or None
-    if tokenizer_from_dict(meta["tokenizer"]).note_lengths_at_onset:  # nothing to forget: no default cap
+    if checkpoint.tokenizer.note_lengths_at_onset:  # nothing to forget: no default cap
         return None
-    return (meta.get("note_seconds") or {}).get("p999")
+    return (checkpoint.meta.get("note_seconds") or {}).get("p999")
 
 
 def polyphony_limit(cfg: SamplingConfig, meta: dict) -> int | None:
@@ -283,8 +245,9 @@ def _write(result: Generation, out: Path, render: bool) -> None:
     """sample-NNN.mid per sample and generation.json (settings, checkpoint, per-sample stats)."""
     for i, score in enumerate(result.scores):
         result.paths.append(write_midi(score, out / f"sample-{i:03d}.mid"))
-    write_json(out / "generation.json", {"settings": result.config.to_dict(), "run": result.run, "samples": [
-        {"file": p.name, **s} for p, s in zip(result.paths, result.stats)]})
+    write_json(out / "generation.json", {"settings": result.config.to_dict(), "prompt": describe(result.prompt.task),
+                                         "run": result.run, "samples": [
+        {"file": p.name, **s, "given": int(g.sum())} for p, s, g in zip(result.paths, result.stats, result.given)]})
     if render:
         for p in result.paths:
             render_file(p, wav=True, png=True)

@@ -11,8 +11,9 @@
   loaded with ``torch.load(weights_only=True)``, so a malicious file cannot run code.
 
 A checkpoint folder is built under a temporary name and renamed into place, so one that exists
-is complete. Anything that needs a model (generate, evaluate, benchmarks) calls `load_model` with
-a run folder, a checkpoints folder or a step folder and gets the model without any flags.
+is complete. Anything that needs a model (generate, evaluate, benchmarks) calls `load` with a run
+folder, a checkpoints folder, a step folder or a shipped model's name and gets a `Checkpoint`: the
+model, its tokenizer and the metadata, without any flags.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,10 @@ from safetensors.torch import load_model as st_load_model
 from safetensors.torch import save_model as st_save_model
 
 from cadenza.atomic import atomic_dir, write_json
+from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
 from cadenza.models import build_model
 from cadenza.models.config import ModelConfig
+from cadenza.models.zoo import resolve_model
 
 FORMAT = "cadenza-checkpoint"
 FORMAT_VERSION = 1
@@ -177,8 +181,7 @@ def prune(run_dir, keep_last: int) -> None:
 
 def resolve(path: str | os.PathLike, prefer: str = "best") -> Path:
     """A step folder from a run folder (its best, else latest checkpoint), a checkpoints folder or a
-    step folder itself. A shipped model's name is `cadenza.models.zoo.resolve_model`'s to turn into
-    its folder."""
+    step folder itself (`load` also takes a shipped model's name)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such run or checkpoint folder")
@@ -207,9 +210,33 @@ def load_weights(model: torch.nn.Module, step_dir: str | os.PathLike) -> None:
                               f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", prefer: str = "best"):
-    """Rebuild the model of a checkpoint from its JSON and load its weights. -> (model, meta)."""
-    step_dir = resolve(path, prefer)
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (in eval mode, on its device), the tokenizer it was trained
+    with, and ``checkpoint.json`` (configs, step, losses, data statistics, environment)."""
+
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    meta: dict[str, Any]
+
+    @property
+    def path(self) -> str:
+        return self.meta["path"]
+
+    @property
+    def step(self) -> int:
+        return self.meta["step"]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def load(name_or_path: str | os.PathLike, device: str | torch.device = "cpu", prefer: str = "best") -> Checkpoint:
+    """The checkpoint of a run folder (its best, else latest), a checkpoints folder, a step folder
+    or a shipped model's name: its model rebuilt from the JSON with the weights loaded (each
+    verified against its checksum), and its tokenizer."""
+    step_dir = resolve(resolve_model(name_or_path), prefer)
     reason = verify(step_dir)
     if reason:
         raise invalid(step_dir, reason)
@@ -218,7 +245,18 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", pref
     load_weights(model, step_dir)
     model.to(device).eval()
     meta["path"] = str(step_dir)
-    return model, meta
+    return Checkpoint(model, tokenizer_of(meta), meta)
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, prefer: str = "best") -> Tokenizer:
+    """A checkpoint's tokenizer alone, from its JSON (no weights read)."""
+    return tokenizer_of(read_meta(resolve(resolve_model(name_or_path), prefer)))
+
+
+def tokenizer_of(meta: dict[str, Any]) -> Tokenizer:
+    """The tokenizer a checkpoint's metadata (``checkpoint.json``) describes: the only place one is
+    rebuilt from it."""
+    return tokenizer_from_dict(meta["tokenizer"])
 
 
 def _is_tied(model, name: str) -> bool:

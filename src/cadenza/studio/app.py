@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 
 from cadenza.atomic import write_bytes, write_json
 from cadenza.generation.config import SamplingConfig
+from cadenza.generation.prompt import Continue
 from cadenza.listen.pianoroll import piano_roll
 from cadenza.settings import describe_range
 from cadenza.studio import contract
@@ -30,7 +31,7 @@ from cadenza.studio.edits import edit_routes
 from cadenza.studio.jobs import FINISHED, Job, JobQueue
 from cadenza.studio.media import read_upload, score_svg
 from cadenza.studio.registry import Registry, UnknownModel
-from cadenza.studio.requests import SET_BY_REQUEST, JobRequest, checked_settings, result_piece, submit, upload_piece
+from cadenza.studio.requests import JobRequest, checked_settings, result_piece, submit, upload_piece
 from cadenza.studio.runner import (
     Runner,
     history,
@@ -104,7 +105,7 @@ def _model_routes(app: FastAPI, registry: Registry) -> None:
     async def settings() -> list[SettingOut]:
         out = []
         for f in fields(SamplingConfig):
-            if f.name in SET_BY_REQUEST or f.name == "use_cache":
+            if f.name == "use_cache":  # the tests' reference, not a musician's choice
                 continue
             out.append({"name": f.name, "default": f.default, "range": describe_range(dict(f.metadata)),
                         "doc": f.metadata.get("doc", "")})
@@ -143,7 +144,7 @@ def _job_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
         except UnknownModel:
             raise HTTPException(404, f"unknown model {req.model!r}; GET /api/models lists them") from None
         settings = checked_settings(req.settings, entry.styles, limits)
-        return submit(jobs, Job(entry.id, settings, _primer(req, data)))
+        return submit(jobs, Job(entry.id, settings, *_continuation(req, data, entry)))
 
     @app.get("/api/jobs/{job_id}", responses=errors(404), summary="A job's status and, when done, its result")
     async def status(job_id: str) -> JobOut:
@@ -235,11 +236,11 @@ def _job(jobs: JobQueue, data: Path, job_id: str) -> Job:
         return job
 
 
-def _primer(req: JobRequest, data: Path) -> dict | None:
-    """What a continuation starts from: an upload, or a finished job's variation (its end: the
-    longest variation's)."""
+def _continuation(req: JobRequest, data: Path, entry) -> tuple[Continue | None, dict | None]:
+    """What a continuation starts from (an upload, or a finished job's variation, its end the longest
+    variation's), read with the model's tokenizer, and how job.json shows it; (None, None): a new piece."""
     if req.primer is None:
-        return None
+        return None, None
     if isinstance(req.primer, str):
         piece = upload_piece(data, req.primer, "primer")
     else:
@@ -247,8 +248,8 @@ def _primer(req: JobRequest, data: Path) -> dict | None:
         piece.end = max(v["seconds"] or 0 for v in stored_summary(data, req.primer.job)["variations"])
     if req.primer_seconds is not None and not req.primer_seconds > 0:
         contract.refuse(("body", "primer_seconds"), f"primer_seconds must be > 0, got {req.primer_seconds}")
-    return {"task": "continue", "path": piece.path, "seconds": req.primer_seconds, "name": piece.name,
-            "end": piece.end}
+    source = {"task": "continue", "seconds": req.primer_seconds, "name": piece.name, "end": piece.end}
+    return Continue(piece.read(entry.tokenizer), req.primer_seconds), source
 
 
 async def _stream(job: Job, jobs: JobQueue, request: Request, after: int):

@@ -4,20 +4,20 @@
 span and keeps every other note; `POST /api/accompany` writes voices under a melody: an upload's
 (its lead part, or its top line), a finished variation's top line, or notes played in and posted as
 JSON. Both are jobs like `POST /api/jobs` (the same queue, events and files); only a model whose
-vocabulary knows given notes can run them (`ModelEntry.tasks`). The server turns ids into paths:
-a played melody, and a variation's top line, are written as MIDI into the job's own folder first.
+vocabulary knows given notes can run them (`ModelEntry.tasks`). The server turns ids into files,
+reads them with the model's tokenizer and hands the job its notes (`Infill`, `Accompany`); a
+melody the server made (played in, a variation's top line) is saved with the job's files.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
 
 from cadenza.data.anticipation import notes_at, top_line
-from cadenza.data.midi import Notes, write_midi
-from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.data.midi import Notes
+from cadenza.generation.prompt import Accompany, Infill
 from cadenza.studio.contract import JobOut, errors, refuse
 from cadenza.studio.jobs import Job, JobQueue
 from cadenza.studio.registry import ModelEntry, Registry, UnknownModel
@@ -31,8 +31,6 @@ from cadenza.studio.requests import (
     upload_piece,
 )
 
-MELODY = "melody.mid"  # a job's given melody, in its folder
-
 
 def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, limits) -> None:
     @app.post("/api/infill", status_code=202, responses=errors(400, 404, 422, 429),
@@ -42,34 +40,27 @@ def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
         settings = checked_settings(req.settings, entry.styles, limits)
         piece = _one_piece(data, req.upload, req.result, "upload or result: the piece to fill")
         _check_span(req.start, req.end, piece, limits.max_seconds)
-        primer = {"task": "infill", "path": piece.path, "span": [req.start, req.end], "name": piece.name,
-                  "end": piece.end}
-        return submit(jobs, Job(entry.id, settings, primer))
+        source = {"task": "infill", "span": [req.start, req.end], "name": piece.name, "end": piece.end}
+        task = Infill(piece.read(entry.tokenizer), req.start, req.end)
+        return submit(jobs, Job(entry.id, settings, task, source))
 
     @app.post("/api/accompany", status_code=202, responses=errors(400, 404, 422, 429),
               summary="Write voices under a melody: an upload's, a job's top line, or notes played in")
     def accompany(req: AccompanyRequest) -> JobOut:
         entry = _model(registry, req.model, "accompany")
         settings = checked_settings(req.settings, entry.styles, limits)
-        job, folder = Job(entry.id, settings), data / "jobs"
         if req.notes is None:
             piece = _one_piece(data, req.upload, req.result, "upload, result or notes: the melody")
             if req.upload is not None:  # its melody as the library hears it: its lead part, or its top line
-                job.primer = {"task": "accompany", "path": piece.path, "name": piece.name, "end": piece.end}
-                return submit(jobs, job)
-            melody, name = _top_line(entry, piece.path), f"top line of {piece.name}"
+                source = {"task": "accompany", "name": piece.name, "end": piece.end}
+                return submit(jobs, Job(entry.id, settings, Accompany(piece.read(entry.tokenizer)), source))
+            melody, name = _top_line(entry, piece), f"top line of {piece.name}"
         elif req.upload is not None or req.result is not None:
             refuse(("body", "notes"), "give exactly one of upload, result or notes: the melody")
         else:
             melody, name = _recorded(req, limits), f"played melody ({len(req.notes)} notes)"
-        job.scratch = folder = folder / job.id  # the melody goes into the job's own folder, named by the server
-        job.primer = {"task": "accompany", "path": write_midi(melody, folder / MELODY), "name": name,
-                      "end": melody.duration}
-        try:
-            return submit(jobs, job)
-        except HTTPException:
-            shutil.rmtree(folder, ignore_errors=True)  # a 429: the job never runs
-            raise
+        source = {"task": "accompany", "name": name, "end": melody.duration}
+        return submit(jobs, Job(entry.id, settings, Accompany(melody), source, keeps_melody=True))
 
 
 def _model(registry: Registry, model_id: str, task: str) -> ModelEntry:
@@ -113,12 +104,12 @@ def _recorded(req: AccompanyRequest, limits) -> Notes:
                              [n.velocity for n in notes])
 
 
-def _top_line(entry: ModelEntry, path: Path) -> Notes:
+def _top_line(entry: ModelEntry, piece: Piece) -> Notes:
     """A piece's top line as the model's tokenizer hears it (`cadenza.data.anticipation.top_line`):
     at each onset its highest note, unless an earlier one still sounds above it. One part, so that
     the whole line is the melody the model accompanies."""
-    tok = tokenizer_from_dict(entry.tokenizer)
-    notes, _ = tok.read(path)
+    tok = entry.tokenizer
+    notes = piece.read(tok)
     g, _ = tok.quantize(notes)
     line = notes_at(tok, notes, g, top_line(g))
     if not len(line):

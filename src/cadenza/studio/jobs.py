@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from cadenza.generation.prompt import Task
 from cadenza.studio import memory
 
 FINISHED = ("done", "failed", "cancelled")
@@ -38,7 +37,9 @@ class Cancelled(Exception):
 class Job:
     model: str
     settings: dict[str, Any]
-    primer: dict[str, Any] | None = None
+    task: Task | None = None  # what it starts from (None: a new piece)
+    source: dict[str, Any] | None = None  # that music as job.json shows it: task, name, end (seconds)
+    keeps_melody: bool = False  # the melody was made by the server (played in, a top line): saved with the job
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     status: str = "queued"
     created: float = field(default_factory=time.time)
@@ -48,7 +49,6 @@ class Job:
     result: dict[str, Any] | None = None
     events: list[bytes | None] = field(default_factory=list)  # server-sent events; None: superseded
     cancel_requested: bool = False  # set by `JobQueue.cancel`, read by the worker after every token
-    scratch: Path | None = None  # a folder the request wrote for the job (a melody): kept only if it ends done
     _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)  # an event came
     _latest_notes: dict[int, int] = field(default_factory=dict, repr=False)  # variation -> index in events
 
@@ -159,8 +159,6 @@ class JobQueue:
         with self._lock:  # at most `keep_finished` between bursts too, not only when the next job comes
             job.status, job.finished = status, time.time()
             self._forget_old()
-        if status != "done" and job.scratch is not None:  # no folder without its job.json stays behind
-            shutil.rmtree(job.scratch, ignore_errors=True)
         extra = {"result": job.result} if job.result else {"error": job.error} if job.error else {}
         job.emit(status, **extra)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cadenza.data.tokenizers import tokenizer_from_dict
+from cadenza.data.tokenizers import Tokenizer
 from cadenza.models import checkpoint as ckpt
 from cadenza.models.zoo import list_models
 
@@ -34,13 +34,16 @@ class ModelEntry:
     styles: list[str]
     step: int
     valid_loss: float | None
-    tokenizer: dict = field(default_factory=dict, repr=False)  # the checkpoint's tokenizer config
+    @functools.cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The checkpoint's tokenizer (from its JSON): how an upload is read for this model."""
+        return ckpt.load_tokenizer(self.path)
 
     @functools.cached_property
     def tasks(self) -> list[str]:
         """What the model can do: every model generates and continues; one whose vocabulary knows
         given notes (trained on `--tokenizer notes`) also fills a span and accompanies a melody."""
-        edits = self.tokenizer and tokenizer_from_dict(self.tokenizer).anticipates
+        edits = self.tokenizer.anticipates
         return ["generate", "continue", *(("infill", "accompany") if edits else ())]
 
     def public(self) -> dict[str, Any]:
@@ -56,7 +59,7 @@ SETTLED_NS = 2_000_000_000
 class Registry:
     def __init__(self, runs: Path | None = None, keep_loaded: int = 2, device: str = "cpu"):
         self.runs, self.keep, self.device = runs, keep_loaded, device
-        self._loaded: OrderedDict[str, tuple] = OrderedDict()
+        self._loaded: OrderedDict[str, ckpt.Checkpoint] = OrderedDict()
         self._lock = threading.Lock()
         self._runs: list[ModelEntry] = []
         self._seen: dict[Path, int | None] = {}  # folder -> its mtime when the runs were last scanned
@@ -65,8 +68,8 @@ class Registry:
 
     @functools.cached_property
     def shipped(self) -> list[ModelEntry]:
-        return [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"],
-                           ckpt.read_meta(m["path"])["tokenizer"]) for m in list_models()]
+        return [ModelEntry(m["name"], m["name"], "shipped", Path(m["path"]), m["styles"], m["step"], m["valid_loss"])
+                for m in list_models()]
 
     def entries(self) -> list[ModelEntry]:
         """The shipped models, then the runs: a run that appears (or saves a checkpoint) while the
@@ -95,7 +98,7 @@ class Registry:
             meta = ckpt.read_meta(step_dir)
             name = ckpts.parent.relative_to(runs).as_posix()
             out.append(ModelEntry(f"run:{name}", name, "run", step_dir, meta["tokenizer"].get("styles", []),
-                                  meta["step"], meta.get("best_valid_loss"), meta["tokenizer"]))
+                                  meta["step"], meta.get("best_valid_loss")))
         return out
 
     def get(self, model_id: str) -> ModelEntry:
@@ -104,15 +107,15 @@ class Registry:
                 return e
         raise UnknownModel(model_id)
 
-    def load(self, model_id: str):
-        """(model, meta) of a model id, loaded once and kept while it is among the recently used."""
+    def load(self, model_id: str) -> ckpt.Checkpoint:
+        """The checkpoint of a model id, loaded once and kept while it is among the recently used."""
         entry = self.get(model_id)
         key = f"{entry.id}@{entry.path}"
         with self._lock:
             if key in self._loaded:
                 self._loaded.move_to_end(key)
                 return self._loaded[key]
-            loaded = ckpt.load_model(entry.path, self.device)
+            loaded = ckpt.load(entry.path, self.device)
             self._loaded[key] = loaded
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)

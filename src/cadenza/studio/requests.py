@@ -16,16 +16,12 @@ from typing import Any, NoReturn
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from cadenza.data.midi import Notes
 from cadenza.generation.config import SamplingConfig
 from cadenza.settings import SettingError
 from cadenza.studio.contract import refuse
 from cadenza.studio.jobs import Job, JobQueue, QueueFull
 from cadenza.studio.runner import SERVER_ID, stored_record, stored_variation
-
-# Set by the request itself, never as a setting: the music to start from or to edit.
-SET_BY_REQUEST = {"primer": "uploading a MIDI file (POST /api/uploads) and naming it as `primer`",
-                  "primer_seconds": "`primer_seconds` beside `primer`",
-                  "infill": "POST /api/infill", "accompany": "POST /api/accompany"}
 
 
 class PrimerFromJob(BaseModel):
@@ -89,6 +85,10 @@ class Piece:
     name: str
     end: float
 
+    def read(self, tok) -> Notes:
+        """Its notes as the tokenizer `tok` reads MIDI: what a job is handed."""
+        return tok.read(self.path)[0]
+
 
 def upload_piece(data: Path, upload_id: str, field: str) -> Piece:
     path = data / "uploads" / f"{upload_id}.mid"
@@ -113,9 +113,6 @@ def checked_settings(settings: dict, styles: list[str], limits) -> dict:
     def bad(name: str, msg: str) -> NoReturn:
         refuse(("body", "settings", name), f"{name} {msg}")
 
-    for name, how in SET_BY_REQUEST.items():
-        if name in settings:
-            bad(name, f"is set by {how}")
     settings = {"seconds": 10.0, **settings} if "max_tokens" not in settings else dict(settings)
     try:
         cfg = SamplingConfig.from_dict(settings)
@@ -131,7 +128,7 @@ def checked_settings(settings: dict, styles: list[str], limits) -> dict:
         bad("seconds", f"must be in (0, {limits.max_seconds:g}] on this server, got {cfg.seconds}")
     if cfg.token_budget() > limits.max_tokens:
         bad("max_tokens", f"must be in [1, {limits.max_tokens}] on this server, got {cfg.token_budget()}")
-    return {k: v for k, v in cfg.to_dict().items() if k not in SET_BY_REQUEST}
+    return cfg.to_dict()
 
 
 def submit(jobs: JobQueue, job: Job) -> dict:

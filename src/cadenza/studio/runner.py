@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from cadenza.atomic import atomic_dir, write_json
 from cadenza.data.midi import Notes, write_midi
-from cadenza.data.tokenizers import tokenizer_from_dict
 from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
-from cadenza.generation.generate import Generation, Prompt, sample
+from cadenza.generation.generate import Generation, sample
+from cadenza.generation.prompt import Continue, Prompt
 from cadenza.generation.sampler import warm_window_slide
 from cadenza.listen.audio import synthesize, write_wav
 from cadenza.studio.jobs import Job
 from cadenza.studio.registry import Registry
 
 STREAM_EVERY = 0.12  # seconds between two `notes` events of a running job
+MELODY = "melody.mid"  # a melody the server made for a job (played in, a top line), among its files
 
 
 def notes_json(notes: Notes) -> list[list[float]]:
@@ -41,17 +39,12 @@ def notes_json(notes: Notes) -> list[list[float]]:
 
 class _Stream:
     """The `on_tokens` callback of a job: checks for cancelling after every token, and sends the
-    notes of each variation so far every STREAM_EVERY seconds, saying which of them are new: for an
-    infill or an accompaniment those the model wrote (the given ones come back exactly as they went
-    in), for a continuation those from the primer's cut on."""
+    notes of each variation so far every STREAM_EVERY seconds, saying which of them are new: those
+    the model wrote, not given (`Prompt.given_of`: the primer's, or those an infill or an
+    accompaniment keeps exactly)."""
 
     def __init__(self, job: Job, prompt: Prompt):
         self.job, self.prompt, self.pad, self.last = job, prompt, prompt.tokenizer.pad_id, 0.0
-        r = prompt.request
-        self.given = None if r is None else set(zip(r.given.start.tolist(), r.given.end.tolist(),
-                                                    r.given.pitch.tolist(), r.given.programs.tolist()))
-        primer = job.primer or {}
-        self.cut = (primer.get("seconds") or primer.get("end") or 0.0) if primer.get("task") == "continue" else 0.0
 
     def __call__(self, first: int, tokens) -> None:
         self.job.check()
@@ -62,17 +55,10 @@ class _Stream:
         for r, new in enumerate(tokens.tolist()):
             self.send(first + r, self.prompt.notes_of([t for t in new if t != self.pad]), len(new))
 
-    def new(self, notes: Notes) -> np.ndarray:
-        """Which of `notes` the model wrote."""
-        if self.given is None:
-            return notes.start >= self.cut
-        keys = zip(notes.start.tolist(), notes.end.tolist(), notes.pitch.tolist(), notes.programs.tolist())
-        return np.fromiter((k not in self.given for k in keys), bool, len(notes))
-
     def send(self, variation: int, notes: Notes, tokens: int) -> tuple[list, list]:
         """Emit a `notes` event: the notes in onset order and which of them are new. -> both"""
         notes = notes.by_time()
-        rows, new = notes_json(notes), self.new(notes).astype(int).tolist()
+        rows, new = notes_json(notes), (~self.prompt.given_of(notes)).astype(int).tolist()
         self.job.emit("notes", variation=variation, notes=rows, new=new, tokens=tokens)
         return rows, new
 
@@ -84,30 +70,22 @@ class Runner:
     sample_rate: int = 22050
 
     def __call__(self, job: Job) -> dict[str, Any]:
-        model, meta = self.registry.load(job.model)
-        cfg = SamplingConfig.from_dict({**job.settings, **self._primer_settings(job)})
-        prompt = Prompt.build(meta, cfg)  # the stream decodes with its tokenizer and primer as tokens arrive
+        checkpoint = self.registry.load(job.model)
+        cfg = SamplingConfig.from_dict(job.settings)
+        # the stream decodes with its tokenizer and primer as tokens arrive
+        prompt = Prompt.encode(checkpoint.tokenizer, job.task or Continue(), cfg.style)
         stream = _Stream(job, prompt)
         # A job never waits for a compiler: it uses a compiled step only once `warm_up` has built it.
-        gen = sample(model, meta, cfg, on_tokens=stream, build_compiled=False, prompt=prompt)
+        gen = sample(checkpoint, cfg, prompt, on_tokens=stream, build_compiled=False)
         job.check()
         # The last notes of every variation: a generation faster than STREAM_EVERY streams none.
         final = [stream.send(k, notes, len(ids)) for k, (notes, ids) in enumerate(zip(gen.notes, gen.ids))]
         return self._write(job, gen, final)
 
-    def _primer_settings(self, job: Job) -> dict[str, Any]:
-        """The settings that name the job's music: a primer to continue or fill, a melody."""
-        p = job.primer or {}
-        if p.get("task") == "infill":
-            return {"primer": str(p["path"]), "infill": "{:g}:{:g}".format(*p["span"])}
-        if p.get("task") == "accompany":
-            return {"accompany": str(p["path"])}
-        return {"primer": str(p["path"]), "primer_seconds": p.get("seconds")} if p else {}
-
     def _write(self, job: Job, gen: Generation, final: list[tuple[list, list]]) -> dict[str, Any]:
         """sample-K.mid and sample-K.wav per variation, and job.json with each variation's `final`
-        notes and new-note flags, into the job's folder (with the melody the job was given there, a
-        recorded one)."""
+        notes and new-note flags, into the job's folder (with the melody the job was given, where the
+        server made it)."""
         variations, folder = [], self.data / "jobs" / job.id
         with atomic_dir(folder) as tmp:
             for k, (score, notes, stats, (rows, new)) in enumerate(zip(gen.scores, gen.notes, gen.stats, final)):
@@ -116,13 +94,10 @@ class Runner:
                 write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
                 variations.append({"index": k, "notes": stats["notes"], "seconds": stats["seconds"],
                                    "tokens": stats["tokens"], "audio": backend, "note_list": rows, "note_new": new})
-            given = Path(job.primer["path"]) if job.primer else None
-            if given is not None and given.parent == folder:
-                shutil.copy(given, tmp / given.name)
-            primer_info = {key: job.primer.get(key) for key in ("task", "seconds", "name", "end", "span")
-                           } if job.primer else None
+            if job.keeps_melody:
+                write_midi(job.task.notes, tmp / MELODY)
             summary = {"id": job.id, "model": job.model, "settings": job.settings, "created": job.created,
-                       "started": job.started, "finished": time.time(), "primer": primer_info,
+                       "started": job.started, "finished": time.time(), "primer": job.source,
                        "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
             write_json(tmp / "job.json", summary)
         return _without_notes(summary)
@@ -217,9 +192,10 @@ def warm_up(registry: Registry, model_id: str, rows=WARM_ROWS, status: dict | No
 def _warm_eager(registry: Registry, model_id: str, rows):
     """The model with a window slide fed for every row count, or None (and why, in the log)."""
     try:
-        model, meta = registry.load(model_id)
+        checkpoint = registry.load(model_id)
+        model = checkpoint.model
         for r in rows:
-            warm_window_slide(model, r, keep=len(tokenizer_from_dict(meta["tokenizer"]).window_prefix(None)))
+            warm_window_slide(model, r, keep=len(checkpoint.tokenizer.window_prefix(None)))
     except Exception as e:  # a warm-up failure costs speed, never the server
         print(f"studio: could not warm up {model_id} ({type(e).__name__}: {e}); decoding eagerly", file=sys.stderr)
         return None

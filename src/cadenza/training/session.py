@@ -23,12 +23,11 @@ from torch.utils.data import DataLoader
 from cadenza.data.anticipation import TaskMix, training_windows
 from cadenza.data.dataset import StepSampler, fixed_windows
 from cadenza.data.store import TokenStore
-from cadenza.data.tokenizers import Tokenizer, tokenizer_from_dict
+from cadenza.data.tokenizers import Tokenizer
 from cadenza.env.device import DistInfo, loader_workers, resolve_precision
-from cadenza.models import build_model
+from cadenza.models import build_model, zoo
 from cadenza.models import checkpoint as ckpt
 from cadenza.models.config import ModelConfig
-from cadenza.models.zoo import resolve_model
 from cadenza.training.augment import RangeTransposed
 from cadenza.training.config import RunConfig
 from cadenza.training.ema import WeightAverage
@@ -125,7 +124,7 @@ def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -
 
 def init_checkpoint(name_or_path: str) -> Path:
     """A run folder, a checkpoint folder, or the name of a shipped model (`cadenza models`)."""
-    return ckpt.resolve(resolve_model(name_or_path))
+    return ckpt.resolve(zoo.resolve_model(name_or_path))
 
 
 def _init_styles(init: str) -> tuple[str, ...]:
@@ -134,11 +133,11 @@ def _init_styles(init: str) -> tuple[str, ...]:
 
 def _tokenizer(store: TokenStore, cfg: RunConfig, meta: dict | None) -> Tokenizer:
     if meta is not None:  # resumed: exactly the tokenizer the run started with
-        return tokenizer_from_dict(meta["tokenizer"])
+        return ckpt.tokenizer_of(meta)
     if not cfg.train.init:
         return store.tokenizer.with_styles(store.styles)
     init_meta = ckpt.read_meta(init_checkpoint(cfg.train.init))
-    base = tokenizer_from_dict(init_meta["tokenizer"])
+    base = ckpt.tokenizer_of(init_meta)
     if not base.same_as(store.manifest["tokenizer"], ids_only=True):
         raise ValueError(f"{store.path} was tokenized differently from {cfg.train.init}'s training data; "
                          "prepare it with the same tokenizer")
