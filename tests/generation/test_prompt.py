@@ -123,3 +123,17 @@ def test_a_task_is_recorded_and_refused_in_the_settings_words(shipped):
         Infill(scale, 8, 4)
     with pytest.raises(ValueError, match="starts after the piece ends"):
         Prompt.encode(shipped.tokenizer, Infill(scale, 40, 50), "irish")
+
+
+def test_an_infill_of_several_samples_finishes_when_one_ends_first(shipped, tmp_path):
+    """Issue 45, item 7: a sample that reached the span's end was fed PAD while the grammar forced a
+    given note's tokens on it, and the next lookup ran past them (an IndexError: 12 of 54 such
+    infills at ada8d4a, this one among them)."""
+    start = np.arange(32) * 0.5
+    path = write_midi(Notes.from_arrays(start, start + 0.25, np.arange(60, 92), [80] * 32, [0] * 32),
+                      tmp_path / "chromatic.mid")
+    notes = shipped.tokenizer.read(path)[0]
+    g = sample(shipped, SamplingConfig(compile=False, style="bach", num_samples=2, seed=0).validate(),
+               Infill(notes, 4.0, 8.0))
+    kept = notes.take((notes.start < 4.0) | (notes.start >= 8.0))
+    assert [int(given.sum()) for given in g.given] == [len(kept)] * 2

@@ -154,7 +154,8 @@ class NoteGrammar(SpecialsOnly):
         self.program = torch.where(takes, self.pending, self.program)
         self.voice = torch.where(note, torch.add(v, self.program, alpha=NUM_PITCHES), self.voice)
         if self.n_rest:  # controls to place: this token may be a forced control's
-            forcing = self.forced_at >= 0
+            # a finished row is fed PAD from then on: its place in a control's tokens must not move
+            forcing = (self.forced_at >= 0) & (x != self.tok.pad_id)
             ends = ends & ~forcing
             placed = duration & forcing
             self.next_control = self.next_control + placed.long()
