@@ -78,7 +78,7 @@ def check_value(name: str, value: Any, meta: dict) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SettingError(name, f"must be a number {describe_range(meta)}, got {value!r}")
-    bad = (math.isnan(value) or (meta.get("ge") is not None and value < meta["ge"])
+    bad = (not math.isfinite(value) or (meta.get("ge") is not None and value < meta["ge"])
            or (meta.get("gt") is not None and value <= meta["gt"])
            or (meta.get("le") is not None and value > meta["le"])
            or (meta.get("lt") is not None and value >= meta["lt"]))
@@ -89,7 +89,10 @@ def check_value(name: str, value: Any, meta: dict) -> None:
 def validate(obj: Any) -> Any:
     """Check every field of dataclass `obj` against its declared range; returns `obj`."""
     for f in dataclasses.fields(obj):
-        check_value(f.name, getattr(obj, f.name), dict(f.metadata))
+        value = getattr(obj, f.name)
+        if f.type in ("int", int, "int | None") and isinstance(value, float):  # 2.5 samples: not a count
+            raise SettingError(f.name, f"must be a whole number {describe_range(dict(f.metadata))}, got {value!r}")
+        check_value(f.name, value, dict(f.metadata))
     return obj
 
 

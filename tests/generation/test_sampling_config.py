@@ -27,7 +27,9 @@ BAD = [
     ("temperature", -1.0, "--temperature", "must be in (0, 100], got -1.0"),
     ("batch_size", 0, "--batch-size", "must be in [1, 1024], got 0"),
     ("max_polyphony", -1, "--max-polyphony", "must be in [0, 128], got -1"),
-    ("max_note_seconds", -1.0, "--max-note-seconds", "must be >= 0, got -1.0"),
+    ("max_note_seconds", -1.0, "--max-note-seconds", "must be in [0, 3600], got -1.0"),
+    ("max_note_seconds", 1e308, "--max-note-seconds", "must be in [0, 3600], got 1e+308"),
+    ("seconds", float("inf"), "--seconds", "must be in (0, 3600], got inf"),
     ("seed", -1, "--seed", "must be in [0, 4294967296), got -1"),
 ]
 
@@ -54,6 +56,12 @@ def test_exclusive_and_dependent_settings():
         SamplingConfig(seconds=10, max_tokens=100).validate()
     with pytest.raises(SettingError, match="tempo is not a sampling setting"):
         SamplingConfig.from_dict({"tempo": 120})
+
+
+def test_a_count_must_be_whole_from_json_too():
+    with pytest.raises(SettingError, match=r"^num_samples must be a whole number in \[1, 10000\], got 2.5$"):
+        SamplingConfig.from_dict({"num_samples": 2.5})
+    assert SamplingConfig.from_dict({"num_samples": 2.0}).num_samples == 2  # a whole float is a count
 
 
 def test_a_primer_cut_is_checked_before_any_file_is_read(tmp_path, capsys):

@@ -37,7 +37,7 @@ class SamplingConfig:
                                 "starts, ends (off: no grammar mask; the decoder still repairs)")
     max_polyphony: int | None = setting(None, ge=0, le=128, doc="at most this many notes sounding at once "
                                         "(default: the 99th percentile of the style's training data; 0: no limit)")
-    max_note_seconds: float | None = setting(None, ge=0, doc="release any note held this long (default: the "
+    max_note_seconds: float | None = setting(None, ge=0, le=3600, doc="release any note held this long (default: the "
                                              "99.9th percentile of note lengths in the training data; 0: no limit)")
     stop_at_eos: bool = setting(True, flag="--no-eos", doc="a piece may end before its length (off: every sample "
                                 "runs to its full length)")
