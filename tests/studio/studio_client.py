@@ -13,6 +13,15 @@ from conftest import wait_until
 
 from cadenza.data.midi import read_notes
 
+LOCAL = "http://127.0.0.1:8000"  # what a browser on this machine names the studio (its Host is checked)
+
+
+def local(app, **kwargs):
+    """A test client that talks to `app` as a page or a script on this machine does."""
+    from fastapi.testclient import TestClient
+
+    return TestClient(app, base_url=LOCAL, **kwargs)
+
 
 def events(client, job_id: str, stop_after: str | None = None) -> list[dict]:
     """A job's events, read from its stream until it ends (or until `stop_after`)."""

@@ -9,8 +9,7 @@ import time
 import pytest
 import symusic
 from conftest import make_score, wait_until
-from fastapi.testclient import TestClient
-from studio_client import blocking, events
+from studio_client import blocking, events, local
 
 from cadenza.studio.app import Limits, create_app
 
@@ -20,7 +19,7 @@ MODEL = "run:tiny"
 @pytest.fixture
 def client(studio_runs, tmp_path):
     app = create_app(tmp_path / "data", studio_runs, Limits(max_queued=4, max_running=1, max_upload_bytes=50_000))
-    with TestClient(app) as c:
+    with local(app) as c:
         c.app_state = app.state
         yield c
 
@@ -138,10 +137,10 @@ def test_a_client_that_disconnects_mid_stream_frees_its_job(client):
 
 
 def test_history_survives_a_restart(studio_runs, tmp_path):
-    with TestClient(create_app(tmp_path / "data", studio_runs)) as c:
+    with local(create_app(tmp_path / "data", studio_runs)) as c:
         job = start(c)
         assert events(c, job["id"])[-1]["event"] == "done"
-    with TestClient(create_app(tmp_path / "data", studio_runs)) as c:  # a new server on the same folder
+    with local(create_app(tmp_path / "data", studio_runs)) as c:  # a new server on the same folder
         assert [j["id"] for j in c.get("/api/history").json()] == [job["id"]]
         assert c.get(f"/api/jobs/{job['id']}/0/midi").status_code == 200
         assert c.get(f"/api/jobs/{job['id']}").json()["status"] == "done"  # read from its folder
@@ -150,7 +149,7 @@ def test_history_survives_a_restart(studio_runs, tmp_path):
 def test_finished_jobs_leave_memory_but_stay_reachable(studio_runs, tmp_path):
     """The server keeps only the newest finished jobs in memory; an older one is answered from disk."""
     app = create_app(tmp_path / "data", studio_runs, Limits(max_running=1, keep_finished=1))
-    with TestClient(app) as c:
+    with local(app) as c:
         first, second = start(c), start(c)
         assert events(c, first["id"])[-1]["event"] == "done"
         in_memory = c.get(f"/api/jobs/{first['id']}").json()
@@ -198,7 +197,7 @@ def test_a_burst_of_requests_runs_in_a_bounded_number_of_threads(studio_runs, tm
         return scan()
 
     app.state.registry.entries = slow_scan
-    with TestClient(app) as c:
+    with local(app) as c:
         codes = []
         burst = [threading.Thread(target=lambda: codes.append(c.get("/api/models").status_code)) for _ in range(12)]
         for t in burst:

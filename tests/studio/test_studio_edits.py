@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import wait_until
-from fastapi.testclient import TestClient
-from studio_client import blocking, events, keyed, midi_rows
+from studio_client import blocking, events, keyed, local, midi_rows
 
 from cadenza.data.midi import Notes, read_notes, write_midi
 from cadenza.studio.app import Limits, create_app
@@ -24,7 +23,7 @@ TUNE = [{"start": i * 0.5, "end": i * 0.5 + 0.4, "pitch": p, "velocity": 90}
 def client(studio_edit_runs, tmp_path_factory):
     app = create_app(tmp_path_factory.mktemp("data"), studio_edit_runs,
                      Limits(max_queued=2, max_running=1, max_seconds=30, max_melody_notes=50))
-    with TestClient(app) as c:
+    with local(app) as c:
         c.app_state = app.state
         yield c
 

@@ -13,6 +13,9 @@ def register(sub) -> argparse.ArgumentParser:
                  "arrive, listen, read the score, continue a piece. The API is documented at /docs.")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="also take writes from a page served at ORIGIN (scheme://host:port), such as a "
+                        "plugin's own page; repeatable. Other pages' requests get a 403")
     s.add_argument("--runs", help="also offer the models trained in the runs under this folder")
     s.add_argument("--data", help="folder for uploads and the history (default: $CADENZA_CACHE/studio)")
     s.add_argument("--device", default="auto")
@@ -26,5 +29,5 @@ def register(sub) -> argparse.ArgumentParser:
 def run(a: argparse.Namespace) -> int:
     from cadenza.studio.server import serve  # lazy: `cadenza --help` and the other verbs need none of it
 
-    serve(a.host, a.port, a.runs, a.data, a.device, a.jobs, compile=not a.no_compile)
+    serve(a.host, a.port, a.runs, a.data, a.device, a.jobs, compile=not a.no_compile, origins=a.allow_origin)
     return 0

@@ -28,6 +28,7 @@ from cadenza.settings import describe_range
 from cadenza.studio import contract
 from cadenza.studio.contract import Health, JobOut, ModelOut, SettingOut, UploadOut, errors
 from cadenza.studio.edits import edit_routes
+from cadenza.studio.guard import Guard, origin_of
 from cadenza.studio.jobs import FINISHED, Job, JobQueue
 from cadenza.studio.media import read_upload, score_svg
 from cadenza.studio.registry import Registry, UnknownModel
@@ -52,7 +53,11 @@ class Limits:
     max_variations: int = 4
     max_seconds: float = 120.0
     max_tokens: int = 8000  # per variation
-    max_melody_notes: int = 2000  # notes of a melody posted to accompany
+    max_melody_notes: int = 2000  # notes of a melody to accompany: posted, or an upload's
+    # An upload's length and notes: a job renders and lists its primer or piece whole, so a 46-byte
+    # file whose second note starts two hours in would make hours of audio.
+    max_piece_seconds: float = 600.0
+    max_piece_notes: int = 20_000
     keep_finished: int = 16  # finished jobs kept in memory for late listeners; older ones are read from disk
     # Handlers that may block (a folder scan, a piano roll, a score) run in at most this many threads.
     # Starlette's default is 40, started as load peaks: each new thread's stack and malloc cache made
@@ -60,7 +65,11 @@ class Limits:
     max_threads: int = 4
 
 
-def create_app(data: Path, runs: Path | None = None, limits: Limits | None = None, device: str = "cpu") -> FastAPI:
+def create_app(data: Path, runs: Path | None = None, limits: Limits | None = None, device: str = "cpu",
+               hosts: tuple[str, ...] = (), origins: tuple[str, ...] = ()) -> FastAPI:
+    """The studio's app on the data folder `data`, offering the shipped models and the runs under
+    `runs`; it answers a Host naming this machine or one of `hosts`, and browser writes from its own
+    page or one of `origins` (`guard`)."""
     limits = limits or Limits()
     data = Path(data)
     (data / "uploads").mkdir(parents=True, exist_ok=True)
@@ -75,6 +84,7 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     app = FastAPI(title="cadenza studio", description="Generate, hear, see, continue, fill and accompany music "
                   "(docs/studio.md).", lifespan=lifespan)
     contract.install(app)
+    app.add_middleware(Guard, hosts=hosts, origins=[origin_of(o) for o in origins])  # a bad one: refused now
     app.state.jobs, app.state.registry, app.state.limits, app.state.data = jobs, registry, limits, data
     app.state.warm = {"compiled_step": "off"}  # `cadenza serve` starts the warm-up that updates it
     static = Path(str(resources.files("cadenza.studio") / "static"))
@@ -101,14 +111,17 @@ def _model_routes(app: FastAPI, registry: Registry) -> None:
     def models() -> list[ModelOut]:
         return [e.public() for e in registry.entries()]
 
-    @app.get("/api/settings", summary="Every SamplingConfig field: default, valid range, meaning")
+    @app.get("/api/settings", summary="Every SamplingConfig field: default, the range this server takes, meaning")
     async def settings() -> list[SettingOut]:
+        limits = app.state.limits  # narrower than SamplingConfig's own ranges for these three
+        server = {"num_samples": {"ge": 1, "le": limits.max_variations}, "seconds": {"gt": 0, "le": limits.max_seconds},
+                  "max_tokens": {"ge": 1, "le": limits.max_tokens}}
         out = []
         for f in fields(SamplingConfig):
             if f.name == "use_cache":  # the tests' reference, not a musician's choice
                 continue
-            out.append({"name": f.name, "default": f.default, "range": describe_range(dict(f.metadata)),
-                        "doc": f.metadata.get("doc", "")})
+            out.append({"name": f.name, "default": f.default, "doc": f.metadata.get("doc", ""),
+                        "range": describe_range(server.get(f.name) or dict(f.metadata))})
         return out
 
     @app.get("/api/health", summary="Up; jobs running; the compiled decode step: off, building, ready or eager")
@@ -128,6 +141,9 @@ def _upload_routes(app: FastAPI, data: Path, limits: Limits) -> None:
             notes = read_upload(raw, name)
         except ValueError as e:  # MidiReadError is a ValueError: the reason, one line
             raise HTTPException(400, str(e).splitlines()[0]) from None
+        if notes.duration > limits.max_piece_seconds or len(notes) > limits.max_piece_notes:
+            contract.refuse(("body", "file"), f"{name}: {notes.duration:.0f} s and {len(notes)} notes; this server "
+                            f"takes at most {limits.max_piece_seconds:g} s and {limits.max_piece_notes} notes")
         upload_id = uuid.uuid4().hex[:12]
         write_bytes(data / "uploads" / f"{upload_id}.mid", raw)
         info = {"id": upload_id, "name": name, "seconds": notes.duration, "notes": notes_json(notes.by_time())}
@@ -246,8 +262,6 @@ def _continuation(req: JobRequest, data: Path, entry) -> tuple[Continue | None, 
     else:
         piece = result_piece(data, req.primer, "primer")
         piece.end = max(v["seconds"] or 0 for v in stored_summary(data, req.primer.job)["variations"])
-    if req.primer_seconds is not None and not req.primer_seconds > 0:
-        contract.refuse(("body", "primer_seconds"), f"primer_seconds must be > 0, got {req.primer_seconds}")
     source = {"task": "continue", "seconds": req.primer_seconds, "name": piece.name, "end": piece.end}
     return Continue(piece.read(entry.tokenizer), req.primer_seconds), source
 

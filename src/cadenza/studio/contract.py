@@ -12,6 +12,8 @@ from typing import Any, Literal, NoReturn
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -25,6 +27,7 @@ class Problem(BaseModel):
 
 WHY = {
     400: "the body could not be read: not JSON, or an upload that is not a MIDI file with notes",
+    403: "the Host header does not name this server, or a page of another origin sent a write (`studio.guard`)",
     404: "an id (model, job, upload, variation) the server did not hand out",
     413: "the upload is larger than the server's limit",
     422: "a field is missing, of the wrong type or out of range: `loc` names it, `msg` says why",
@@ -54,8 +57,28 @@ def refuse(field: tuple[str | int, ...], msg: str) -> NoReturn:
 
 
 def install(app: FastAPI) -> None:
-    """Answer a 405 with every method of its path in `Allow`."""
+    """Answer a 405 with every method of its path in `Allow`, a 422 with the field and the reason
+    (whatever the input was), and put the guard's 403 in every operation's schema."""
     app.add_exception_handler(StarletteHTTPException, _with_every_method)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    schema = app.openapi
+
+    def with_403() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            for operations in schema()["paths"].values():
+                for op in operations.values():
+                    op["responses"].setdefault("403", {"description": WHY[403], "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Problem"}}}})
+        return app.openapi_schema
+
+    app.openapi = with_403
+
+
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 without the `input` it echoes: a NaN or an Infinity sent in a field cannot be
+    written as JSON (a 500 instead of the 422), and a large input would come back whole."""
+    return JSONResponse(status_code=422, content={"detail": [
+        {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]})
 
 
 async def _with_every_method(request: Request, exc: StarletteHTTPException):

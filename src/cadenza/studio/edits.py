@@ -15,7 +15,8 @@ from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
 
-from cadenza.data.anticipation import notes_at, top_line
+from cadenza.data import anticipation
+from cadenza.data.anticipation import notes_at
 from cadenza.data.midi import Notes
 from cadenza.generation.prompt import Accompany, Infill
 from cadenza.studio.contract import JobOut, errors, refuse
@@ -52,15 +53,17 @@ def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
         if req.notes is None:
             piece = _one_piece(data, req.upload, req.result, "upload, result or notes: the melody")
             if req.upload is not None:  # its melody as the library hears it: its lead part, or its top line
-                source = {"task": "accompany", "name": piece.name, "end": piece.end}
-                return submit(jobs, Job(entry.id, settings, Accompany(piece.read(entry.tokenizer)), source))
-            melody, name = _top_line(entry, piece), f"top line of {piece.name}"
+                melody, name, made = piece.read(entry.tokenizer), piece.name, False
+                _check_melody(_line(entry, melody, anticipation.melody), "upload", limits)
+            else:
+                melody, name, made = _top_line(entry, piece), f"top line of {piece.name}", True
+                _check_melody(melody, "result", limits)
         elif req.upload is not None or req.result is not None:
             refuse(("body", "notes"), "give exactly one of upload, result or notes: the melody")
         else:
-            melody, name = _recorded(req, limits), f"played melody ({len(req.notes)} notes)"
+            melody, name, made = _recorded(req, limits), f"played melody ({len(req.notes)} notes)", True
         source = {"task": "accompany", "name": name, "end": melody.duration}
-        return submit(jobs, Job(entry.id, settings, Accompany(melody), source, keeps_melody=True))
+        return submit(jobs, Job(entry.id, settings, Accompany(melody), source, keeps_melody=made))
 
 
 def _model(registry: Registry, model_id: str, task: str) -> ModelEntry:
@@ -91,6 +94,13 @@ def _check_span(start: float, end: float, piece: Piece, longest: float) -> None:
         refuse(("body", "end"), f"the span must be at most {longest:g} s on this server, got {end - start:g}")
 
 
+def _check_melody(melody: Notes, field: str, limits) -> None:
+    """An accompaniment is as long as its melody: within the server's limits on new music."""
+    if melody.duration > limits.max_seconds or len(melody) > limits.max_melody_notes:
+        refuse(("body", field), f"the melody has {len(melody)} notes over {melody.duration:.0f} s; this server "
+               f"accompanies at most {limits.max_melody_notes} notes over {limits.max_seconds:g} s")
+
+
 def _recorded(req: AccompanyRequest, limits) -> Notes:
     """The posted melody as `Notes`, within the server's limits on notes and seconds."""
     notes = req.notes
@@ -108,10 +118,15 @@ def _top_line(entry: ModelEntry, piece: Piece) -> Notes:
     """A piece's top line as the model's tokenizer hears it (`cadenza.data.anticipation.top_line`):
     at each onset its highest note, unless an earlier one still sounds above it. One part, so that
     the whole line is the melody the model accompanies."""
-    tok = entry.tokenizer
-    notes = piece.read(tok)
-    g, _ = tok.quantize(notes)
-    line = notes_at(tok, notes, g, top_line(g))
+    line = _line(entry, piece.read(entry.tokenizer), anticipation.top_line)
     if not len(line):
         refuse(("body", "result"), "result has no pitched notes: no melody to accompany")
     return Notes.from_arrays(line.start, line.end, line.pitch, line.velocity)
+
+
+def _line(entry: ModelEntry, notes: Notes, pick) -> Notes:
+    """The notes of `notes` that `pick` (`anticipation.melody` or `top_line`) chooses on the grid of
+    the model's tokenizer."""
+    tok = entry.tokenizer
+    g, _ = tok.quantize(notes)
+    return notes_at(tok, notes, g, pick(g))

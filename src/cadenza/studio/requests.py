@@ -35,7 +35,8 @@ class JobRequest(BaseModel):
     model: str = Field(description="a model id from GET /api/models")
     settings: dict[str, Any] = Field(default_factory=dict, description="SamplingConfig fields (GET /api/settings)")
     primer: str | PrimerFromJob | None = Field(None, description="an upload id, or a previous job's variation")
-    primer_seconds: float | None = Field(None, description="continue from this point of the primer")
+    primer_seconds: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                         description="continue from this point of the primer")
 
 
 class InfillRequest(BaseModel):

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from cadenza.env.record import cache_dir
 from cadenza.studio import memory
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from cadenza.studio.guard import LOOPBACK
 
 
 def default_data() -> Path:
@@ -28,11 +27,13 @@ def default_data() -> Path:
 
 def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | None = None,
           data: str | os.PathLike | None = None, device: str = "auto", max_running: int = 2,
-          compile: bool = True) -> None:
+          compile: bool = True, origins: list[str] | tuple[str, ...] = ()) -> None:
     """Serve the page and the API until interrupted. Binds 127.0.0.1 by default: anything else
     exposes the studio (and its CPU) to the network, so it is said out loud. The default model is
     warmed up in the background after start: a window slide fed through it and, with `compile`, its
-    compiled decode step built (or loaded from the disk cache)."""
+    compiled decode step built (or loaded from the disk cache). Requests must name this machine or
+    `host` in their Host header, and writes from a browser page come from the studio's own page or
+    one of `origins` (`studio.guard`)."""
     memory.settle_malloc()  # before worker threads start and torch allocates its first buffers
     import torch
     import uvicorn
@@ -48,7 +49,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     if dev.type == "cpu":  # jobs run side by side: each gets its share of the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max_running))
     folder = Path(data) if data else default_data()
-    app = create_app(folder, Path(runs) if runs else None, Limits(max_running=max_running), device=str(dev))
+    app = create_app(folder, Path(runs) if runs else None, Limits(max_running=max_running), device=str(dev),
+                     hosts=(host,), origins=origins)
     memory.freeze_startup_objects()  # what is loaded now lives as long as the server
     if compile:
         app.state.warm["compiled_step"] = "building"  # before the thread runs: a client polling now must wait
