@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from studio_client import LOCAL, events, local
+from studio_client import LOCAL, events, local, serving
 
 from cadenza.data.midi import Notes, write_midi
 from cadenza.settings import SettingError
@@ -117,3 +117,97 @@ def test_an_accompaniment_is_bounded_like_new_music(client, tmp_path):
 def test_the_schema_documents_the_guard_s_403(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert all("403" in op["responses"] for ops in paths.values() for op in ops.values())
+
+
+def test_scores_engraved_at_once_leave_the_server_answering(studio_edit_runs, tmp_path):
+    """Four score requests on long music held every request thread, for minutes: engraving now runs
+    in a child process, one at a time, each killed at its deadline."""
+    import concurrent.futures
+    import time
+
+    import httpx
+
+    app = create_app(tmp_path / "data", studio_edit_runs, Limits(score_seconds=3, max_score_notes=3000))
+    with serving(app) as url:
+        job = httpx.post(f"{url}/api/jobs", json={"model": MODEL, "settings": {"seconds": 1}}).json()
+        with httpx.stream("GET", f"{url}/api/jobs/{job['id']}/events", timeout=60) as stream:
+            assert any(line.startswith("event: done") for line in stream.iter_lines())
+        rng = np.random.default_rng(0)  # the variation becomes 2,000 dense notes: long to engrave
+        start = np.sort(rng.uniform(0, 120, 2000))
+        notes = Notes.from_arrays(start, start + rng.uniform(0.05, 2, 2000), rng.integers(30, 100, 2000), [80] * 2000)
+        write_midi(notes, tmp_path / "data" / "jobs" / job["id"] / "sample-0.mid")
+        score = f"{url}/api/jobs/{job['id']}/0/score"
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            scores = [pool.submit(httpx.get, score, timeout=60) for _ in range(4)]
+            time.sleep(0.5)
+            slowest = 0.0
+            while not all(s.done() for s in scores):
+                t = time.monotonic()
+                assert httpx.get(f"{url}/api/models", timeout=10).status_code == 200
+                slowest = max(slowest, time.monotonic() - t)
+                time.sleep(0.2)
+        assert slowest < 2.0
+        answers = [s.result() for s in scores]
+        assert all(r.status_code in (200, 422) for r in answers)
+        assert any("not engraved within 3 s" in r.text for r in answers), [r.text[:200] for r in answers]
+        assert not list((tmp_path / "data" / ".tmp").iterdir())  # a killed engraving's files are swept
+
+
+def test_music_too_long_to_engrave_is_a_422_at_once(studio_edit_runs, tmp_path):
+    app = create_app(tmp_path / "data", studio_edit_runs, Limits(max_score_notes=1))
+    with local(app) as c:
+        job = c.post("/api/jobs", json={"model": MODEL, "settings": {"seconds": 2, "seed": 1}}).json()
+        assert events(c, job["id"])[-1]["event"] == "done"
+        write_midi(Notes.from_arrays([0, 1], [1, 2], [60, 64], [80, 80]),
+                   tmp_path / "data" / "jobs" / job["id"] / "sample-0.mid")
+        r = c.get(f"/api/jobs/{job['id']}/0/score")
+        assert r.status_code == 422 and "2 notes, and this server engraves at most 1" in r.json()["detail"][0]["msg"]
+
+
+def test_an_oversized_body_is_refused_before_it_is_stored(studio_edit_runs, tmp_path):
+    """The 2 MiB cap was checked once a 300 MB upload sat in a temporary file."""
+    import httpx
+
+    app = create_app(tmp_path / "data", studio_edit_runs, Limits(max_upload_bytes=50_000, max_body_bytes=10_000))
+    with local(app) as c:
+        big = c.post("/api/uploads", files={"file": ("big.mid", b"\0" * 200_000, "audio/midi")})
+        assert big.status_code == 413 and "KiB" in big.json()["detail"]
+        melody = [{"start": i * 0.01, "end": i * 0.01 + 0.005, "pitch": 60} for i in range(400)]  # ~20 KB
+        assert c.post("/api/accompany", json={"model": MODEL, "notes": melody}).status_code == 413
+    with serving(app) as url:  # streamed, with no Content-Length: stopped once past the cap
+        sent = []
+
+        def chunks():
+            for _ in range(100):
+                sent.append(1)
+                yield b"x" * 10_000
+
+        try:
+            r = httpx.post(f"{url}/api/jobs", content=chunks(), headers=JSON, timeout=30)
+            assert r.status_code == 413
+        except httpx.HTTPError:  # the server may close the connection before the client has sent all
+            pass
+        assert httpx.get(f"{url}/api/health").json()["ok"]
+
+
+def test_uploads_are_kept_within_a_quota_oldest_out_first(studio_edit_runs, tmp_path):
+    app = create_app(tmp_path / "data", studio_edit_runs, Limits(max_uploads=3))
+    with local(app) as c:
+        ids = [_upload(c, _midi(tmp_path, [0, k + 1])).json()["id"] for k in range(5)]
+        kept = sorted(p.stem for p in (tmp_path / "data" / "uploads").glob("*.mid"))
+        assert kept == sorted(ids[2:])
+        assert c.post("/api/jobs", json={"model": MODEL, "primer": ids[0]}).status_code == 404  # evicted
+        newest = c.post("/api/jobs", json={"model": MODEL, "primer": ids[4], "settings": {"seconds": 1}})
+        assert newest.status_code == 202 and events(c, newest.json()["id"])[-1]["event"] == "done"
+
+
+def test_a_restart_sweeps_what_a_killed_server_left(studio_edit_runs, tmp_path):
+    data = tmp_path / "data"
+    for left in (data / "jobs" / ".0123456789ab.x1.tmp", data / ".tmp" / "engrave-x1" / "cadenza-score-y"):
+        left.mkdir(parents=True)
+        (left / "part.mid").write_bytes(b"MThd")
+    (data / "uploads").mkdir()
+    (data / "uploads" / ".0123456789ab.mid.x2.tmp").write_bytes(b"MThd")
+    (data / "jobs" / "0123456789ab").mkdir()  # a finished job's folder stays
+    create_app(data, studio_edit_runs)
+    assert sorted(p.name for p in data.rglob("*")) == ["0123456789ab", "jobs", "uploads"]

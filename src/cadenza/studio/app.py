@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import uuid
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -21,6 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from cadenza.atomic import write_bytes, write_json
+from cadenza.data.midi import load_score
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.prompt import Continue
 from cadenza.listen.pianoroll import piano_roll
@@ -28,9 +30,9 @@ from cadenza.settings import describe_range
 from cadenza.studio import contract
 from cadenza.studio.contract import Health, JobOut, ModelOut, SettingOut, UploadOut, errors
 from cadenza.studio.edits import edit_routes
-from cadenza.studio.guard import Guard, origin_of
+from cadenza.studio.guard import BodyLimit, Guard, origin_of
 from cadenza.studio.jobs import FINISHED, Job, JobQueue
-from cadenza.studio.media import read_upload, score_svg
+from cadenza.studio.media import ScoreError, engrave, keep_uploads, read_upload
 from cadenza.studio.registry import Registry, UnknownModel
 from cadenza.studio.requests import JobRequest, checked_settings, result_piece, submit, upload_piece
 from cadenza.studio.runner import (
@@ -50,6 +52,9 @@ class Limits:
     max_queued: int = 32  # jobs waiting; one more is a 429
     max_running: int = 2  # jobs sampling at once
     max_upload_bytes: int = 2 << 20
+    max_body_bytes: int = 1 << 20  # a JSON body (a played melody of 2,000 notes is about 150 KiB)
+    max_uploads: int = 256  # uploads kept, the oldest removed first ...
+    max_upload_store_bytes: int = 256 << 20  # ... and their bytes together, sidecars included
     max_variations: int = 4
     max_seconds: float = 120.0
     max_tokens: int = 8000  # per variation
@@ -63,6 +68,10 @@ class Limits:
     # Starlette's default is 40, started as load peaks: each new thread's stack and malloc cache made
     # the server's memory creep up round after round of a steady load.
     max_threads: int = 4
+    # A score is engraved one at a time in a child process, killed after `score_seconds`; music of
+    # more notes than `max_score_notes` is not engraved (a 422 at once).
+    score_seconds: float = 30.0
+    max_score_notes: int = 3000
 
 
 def create_app(data: Path, runs: Path | None = None, limits: Limits | None = None, device: str = "cpu",
@@ -73,6 +82,7 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     limits = limits or Limits()
     data = Path(data)
     (data / "uploads").mkdir(parents=True, exist_ok=True)
+    _sweep(data)
     registry = Registry(runs, device=device)
     jobs = JobQueue(Runner(registry, data), limits.max_queued, limits.max_running, limits.keep_finished)
     @contextlib.asynccontextmanager
@@ -84,6 +94,9 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     app = FastAPI(title="cadenza studio", description="Generate, hear, see, continue, fill and accompany music "
                   "(docs/studio.md).", lifespan=lifespan)
     contract.install(app)
+    # a multipart body carries some headers besides the file; the guard runs first (the last added)
+    app.add_middleware(BodyLimit, limits={"/api/uploads": limits.max_upload_bytes + (16 << 10)},
+                       default=limits.max_body_bytes)
     app.add_middleware(Guard, hosts=hosts, origins=[origin_of(o) for o in origins])  # a bad one: refused now
     app.state.jobs, app.state.registry, app.state.limits, app.state.data = jobs, registry, limits, data
     app.state.warm = {"compiled_step": "off"}  # `cadenza serve` starts the warm-up that updates it
@@ -102,8 +115,20 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     _upload_routes(app, data, limits)
     _job_routes(app, jobs, registry, data, limits)
     edit_routes(app, jobs, registry, data, limits)
-    _file_routes(app, data)
+    _file_routes(app, data, limits)
     return app
+
+
+def _sweep(data: Path) -> None:
+    """What a server killed mid-write left in its data folder: half-written job folders and files
+    (`atomic` names them .NAME.*.tmp), and the temporary files of engravings."""
+    shutil.rmtree(data / ".tmp", ignore_errors=True)
+    for folder in (data / "jobs", data / "uploads"):
+        for left in folder.glob(".*.tmp") if folder.is_dir() else ():
+            if left.is_dir():
+                shutil.rmtree(left, ignore_errors=True)
+            else:
+                left.unlink(missing_ok=True)
 
 
 def _model_routes(app: FastAPI, registry: Registry) -> None:
@@ -148,6 +173,7 @@ def _upload_routes(app: FastAPI, data: Path, limits: Limits) -> None:
         write_bytes(data / "uploads" / f"{upload_id}.mid", raw)
         info = {"id": upload_id, "name": name, "seconds": notes.duration, "notes": notes_json(notes.by_time())}
         write_json(data / "uploads" / f"{upload_id}.json", info)
+        keep_uploads(data / "uploads", limits.max_uploads, limits.max_upload_store_bytes)
         return info
 
 
@@ -195,7 +221,7 @@ KINDS = {"midi": ("mid", "audio/midi", "the MIDI file"), "wav": ("wav", "audio/w
          "new": (None, "application/json", "per note of `notes`: 1 if the model wrote it, 0 if it was given")}
 
 
-def _file_routes(app: FastAPI, data: Path) -> None:
+def _file_routes(app: FastAPI, data: Path, limits: Limits) -> None:
     def folder(job_id: str, variation: int) -> Path:
         if (found := job_folder(data, job_id)) is None:
             raise HTTPException(404, f"no finished job {job_id!r}")
@@ -216,23 +242,35 @@ def _file_routes(app: FastAPI, data: Path) -> None:
             return _made(kind, base, data, job_id, variation)
 
     for kind, (suffix, media, what) in KINDS.items():
-        route(kind, suffix, media, what)
+        if kind != "score":
+            route(kind, suffix, media, what)
+    turn = asyncio.Semaphore(1)  # one engraving at a time: each may take all of a core
+
+    @app.get("/api/jobs/{job_id}/{variation}/score", name="variation_score", response_class=Response,
+             responses={200: {"description": KINDS["score"][2], "content": {"image/svg+xml": {}}}, **errors(404, 422)},
+             summary=f"A finished variation's score: {KINDS['score'][2]}")
+    async def score(job_id: str, variation: int) -> Response:
+        # async, and engraved in a child process: however long a score takes, no request thread waits on it
+        base = await anyio.to_thread.run_sync(folder, job_id, variation)
+        notes = (await anyio.to_thread.run_sync(load_score, base)).note_num()
+        if notes > limits.max_score_notes:
+            contract.refuse(("path", "variation"), f"no score for this music: {notes} notes, and this server "
+                            f"engraves at most {limits.max_score_notes}")
+        try:
+            return Response(await engrave(base, turn, limits.score_seconds, data / ".tmp"), media_type="image/svg+xml")
+        except ScoreError as e:
+            contract.refuse(("path", "variation"), f"no score for this music ({e})")
 
 
 def _made(kind: str, base: Path, data: Path, job_id: str, variation: int) -> Response:
-    """A variation's file that is not stored as is: its notes, which are new, a picture, a score."""
+    """A variation's file that is not stored as is: its notes, which are new, a picture."""
     if kind in ("notes", "new"):
         record = stored_record(data, job_id)
         v = stored_variation(record, variation) if record else None
         if v is None:
             raise HTTPException(404, f"job {job_id} has no variation {variation}")
         return JSONResponse(v["note_list"] if kind == "notes" else v["note_new"])
-    if kind == "png":
-        return Response(_png(base), media_type="image/png")
-    try:
-        return Response(score_svg(base), media_type="image/svg+xml")
-    except Exception as e:  # music21 or verovio could not engrave it: say so, keep serving
-        contract.refuse(("path", "variation"), f"no score for this music ({type(e).__name__})")
+    return Response(_png(base), media_type="image/png")
 
 
 def _png(midi: Path) -> bytes:

@@ -29,7 +29,7 @@ WHY = {
     400: "the body could not be read: not JSON, or an upload that is not a MIDI file with notes",
     403: "the Host header does not name this server, or a page of another origin sent a write (`studio.guard`)",
     404: "an id (model, job, upload, variation) the server did not hand out",
-    413: "the upload is larger than the server's limit",
+    413: "the body (an upload, or JSON) is larger than the server's limit",
     422: "a field is missing, of the wrong type or out of range: `loc` names it, `msg` says why",
     429: "too many jobs are waiting; try again after Retry-After seconds",
 }
@@ -58,20 +58,23 @@ def refuse(field: tuple[str | int, ...], msg: str) -> NoReturn:
 
 def install(app: FastAPI) -> None:
     """Answer a 405 with every method of its path in `Allow`, a 422 with the field and the reason
-    (whatever the input was), and put the guard's 403 in every operation's schema."""
+    (whatever the input was), and put the guard's 403 in every operation's schema (and the body
+    limit's 413 in every one with a body)."""
     app.add_exception_handler(StarletteHTTPException, _with_every_method)
     app.add_exception_handler(RequestValidationError, _invalid)
     schema = app.openapi
 
-    def with_403() -> dict[str, Any]:
+    def with_guards() -> dict[str, Any]:
         if app.openapi_schema is None:
             for operations in schema()["paths"].values():
                 for op in operations.values():
-                    op["responses"].setdefault("403", {"description": WHY[403], "content": {"application/json": {
-                        "schema": {"$ref": "#/components/schemas/Problem"}}}})
+                    codes = (403, 413) if "requestBody" in op else (403,)  # the guard's, and BodyLimit's
+                    for code in codes:
+                        op["responses"].setdefault(str(code), {"description": WHY[code], "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
         return app.openapi_schema
 
-    app.openapi = with_403
+    app.openapi = with_guards
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

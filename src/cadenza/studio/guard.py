@@ -57,10 +57,7 @@ class Guard:
             return await self.app(scope, receive, send)
         if scope["type"] == "websocket":  # closed before it is accepted: the server answers the handshake 403
             return await send({"type": "websocket.close", "code": 1008})
-        body = json.dumps({"detail": why}).encode()
-        await send({"type": "http.response.start", "status": 403,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _problem(send, 403, why)
 
     def refusal(self, scope, headers: dict[str, str]) -> str | None:
         """Why a request is refused, in one line; None to serve it."""
@@ -75,3 +72,52 @@ class Guard:
         if origin.lower() == f"{scheme}://{host.lower()}" or origin.lower() in self.origins:
             return None
         return f"Origin {origin!r} may not use this server: start it with --allow-origin {origin} to let that page"
+
+
+class BodyLimit:
+    """ASGI middleware: a body larger than its route's limit is a 413 as soon as its size is known
+    (a Content-Length) or seen (a streamed body), not once it has been spooled to disk whole."""
+
+    def __init__(self, app, limits: dict[str, int], default: int):
+        self.app, self.limits, self.default = app, limits, default
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.limits.get(scope["path"], self.default)
+        length = dict(scope.get("headers", ())).get(b"content-length", b"")
+        if length.isdigit() and int(length) > limit:
+            return await _problem(send, 413, _too_large(limit))
+        seen, refused = 0, False
+
+        async def counted():
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request" and not refused:
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    refused = True
+                    await _problem(send, 413, _too_large(limit))
+                    return {"type": "http.disconnect"}  # the app stops reading; its answer is not sent
+            return message
+
+        async def unless_refused(message):
+            if not refused:
+                await send(message)
+
+        try:
+            await self.app(scope, counted, unless_refused)
+        except Exception:
+            if not refused:  # a refused body ends the app's reading with an error: the 413 is sent
+                raise
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than this server takes here ({limit // 1024} KiB)"
+
+
+async def _problem(send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
