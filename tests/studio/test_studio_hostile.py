@@ -211,3 +211,25 @@ def test_a_restart_sweeps_what_a_killed_server_left(studio_edit_runs, tmp_path):
     (data / "jobs" / "0123456789ab").mkdir()  # a finished job's folder stays
     create_app(data, studio_edit_runs)
     assert sorted(p.name for p in data.rglob("*")) == ["0123456789ab", "jobs", "uploads"]
+
+
+def test_an_edit_whose_tokens_pass_the_limit_is_refused_at_the_door(studio_edit_runs, tmp_path):
+    """An infill or an accompaniment runs to where its new notes stop, whatever the settings say:
+    it wrote 9,796 tokens and went on, past the server's 8,000."""
+    app = create_app(tmp_path / "data", studio_edit_runs, Limits(max_tokens=200))
+    melody = [{"start": i * 0.5, "end": i * 0.5 + 0.4, "pitch": 60 + i % 8} for i in range(16)]
+    with local(app) as c:
+        r = c.post("/api/accompany", json={"model": MODEL, "notes": melody, "settings": {"max_tokens": 100}})
+        assert r.status_code == 422 and "this server writes at most 200" in r.json()["detail"][0]["msg"], r.text
+        up = _upload(c, _midi(tmp_path, np.arange(0, 16, 0.5))).json()
+        r = c.post("/api/infill", json={"model": MODEL, "upload": up["id"], "start": 2, "end": 14,
+                                        "settings": {"max_tokens": 100}})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "end"
+
+
+def test_a_melody_note_of_a_nanosecond_is_accompanied_not_failed(client):
+    """It was written to a MIDI file and read back: 0 ticks long, gone, and the job failed with
+    "no melody". The notes now reach the model as they were posted, a note at least a step long."""
+    melody = [{"start": 0, "end": 1e-9, "pitch": 60}, {"start": 0.5, "end": 1.0, "pitch": 62}]
+    job = client.post("/api/accompany", json={"model": MODEL, "notes": melody})
+    assert job.status_code == 202 and events(client, job.json()["id"])[-1]["event"] == "done"

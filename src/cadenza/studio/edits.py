@@ -18,7 +18,8 @@ from fastapi import FastAPI, HTTPException
 from cadenza.data import anticipation
 from cadenza.data.anticipation import notes_at
 from cadenza.data.midi import Notes
-from cadenza.generation.prompt import Accompany, Infill
+from cadenza.generation.config import SamplingConfig
+from cadenza.generation.prompt import Accompany, Infill, Prompt
 from cadenza.studio.contract import JobOut, errors, refuse
 from cadenza.studio.jobs import Job, JobQueue
 from cadenza.studio.registry import ModelEntry, Registry, UnknownModel
@@ -43,6 +44,7 @@ def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
         _check_span(req.start, req.end, piece, limits.max_seconds)
         source = {"task": "infill", "span": [req.start, req.end], "name": piece.name, "end": piece.end}
         task = Infill(piece.read(entry.tokenizer), req.start, req.end)
+        _check_budget(entry, task, settings, limits, "end")
         return submit(jobs, Job(entry.id, settings, task, source))
 
     @app.post("/api/accompany", status_code=202, responses=errors(400, 404, 422, 429),
@@ -53,17 +55,19 @@ def edit_routes(app: FastAPI, jobs: JobQueue, registry: Registry, data: Path, li
         if req.notes is None:
             piece = _one_piece(data, req.upload, req.result, "upload, result or notes: the melody")
             if req.upload is not None:  # its melody as the library hears it: its lead part, or its top line
-                melody, name, made = piece.read(entry.tokenizer), piece.name, False
-                _check_melody(_line(entry, melody, anticipation.melody), "upload", limits)
+                melody, name, made, field = piece.read(entry.tokenizer), piece.name, False, "upload"
+                _check_melody(_line(entry, melody, anticipation.melody), field, limits)
             else:
-                melody, name, made = _top_line(entry, piece), f"top line of {piece.name}", True
-                _check_melody(melody, "result", limits)
+                melody, name, made, field = _top_line(entry, piece), f"top line of {piece.name}", True, "result"
+                _check_melody(melody, field, limits)
         elif req.upload is not None or req.result is not None:
             refuse(("body", "notes"), "give exactly one of upload, result or notes: the melody")
         else:
-            melody, name, made = _recorded(req, limits), f"played melody ({len(req.notes)} notes)", True
+            melody, name, made, field = _recorded(req, limits), f"played melody ({len(req.notes)} notes)", True, "notes"
         source = {"task": "accompany", "name": name, "end": melody.duration}
-        return submit(jobs, Job(entry.id, settings, Accompany(melody), source, keeps_melody=made))
+        task = Accompany(melody)
+        _check_budget(entry, task, settings, limits, field)
+        return submit(jobs, Job(entry.id, settings, task, source, keeps_melody=made))
 
 
 def _model(registry: Registry, model_id: str, task: str) -> ModelEntry:
@@ -92,6 +96,20 @@ def _check_span(start: float, end: float, piece: Piece, longest: float) -> None:
         refuse(("body", "start"), f"start must be before the piece ends ({piece.end:.2f} s), got {start:g}")
     if end - start > longest:
         refuse(("body", "end"), f"the span must be at most {longest:g} s on this server, got {end - start:g}")
+
+
+def _check_budget(entry: ModelEntry, task: Infill | Accompany, settings: dict, limits, field: str) -> None:
+    """An infill or an accompaniment runs to where its new notes stop, whatever the settings'
+    length: refuse one whose tokens would pass the server's limit, or whose music has nothing to
+    give (a melody of notes too short to hear), before it is queued."""
+    try:
+        prompt = Prompt.encode(entry.tokenizer, task, settings.get("style"))
+    except ValueError as e:
+        refuse(("body", field), str(e).splitlines()[0])
+    need = prompt.decoding(SamplingConfig.from_dict(settings)).max_tokens
+    if need > limits.max_tokens:
+        refuse(("body", field), f"this needs up to {need} tokens per variation, and this server writes at most "
+               f"{limits.max_tokens}: a shorter span or melody")
 
 
 def _check_melody(melody: Notes, field: str, limits) -> None:
