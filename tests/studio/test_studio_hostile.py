@@ -233,3 +233,46 @@ def test_a_melody_note_of_a_nanosecond_is_accompanied_not_failed(client):
     melody = [{"start": 0, "end": 1e-9, "pitch": 60}, {"start": 0.5, "end": 1.0, "pitch": 62}]
     job = client.post("/api/accompany", json={"model": MODEL, "notes": melody})
     assert job.status_code == 202 and events(client, job.json()["id"])[-1]["event"] == "done"
+
+
+def test_a_cancelled_job_is_still_known_after_many_newer_ones(studio_edit_runs, tmp_path):
+    """It has no folder, and was a 404 once 16 newer jobs had finished."""
+    from studio_client import blocking
+
+    app = create_app(tmp_path / "data", studio_edit_runs, Limits(keep_finished=2))
+    with local(app) as c:
+        gate = blocking(app.state)
+        cancelled = c.post("/api/jobs", json={"model": MODEL}).json()
+        c.delete(f"/api/jobs/{cancelled['id']}")
+        gate.set()
+        for _ in range(4):
+            job = c.post("/api/jobs", json={"model": MODEL}).json()
+            assert events(c, job["id"])[-1]["event"] == "done"
+        again = c.get(f"/api/jobs/{cancelled['id']}")
+        assert again.status_code == 200 and again.json()["status"] == "cancelled"
+        assert events(c, cancelled["id"])[-1]["event"] == "cancelled"
+
+
+def test_a_cancel_while_rendering_stops_the_job(studio_edit_runs, tmp_path, monkeypatch):
+    """DELETE was ignored once a job had begun rendering its audio."""
+    import threading
+
+    from cadenza.studio import runner
+
+    rendering, release = threading.Event(), threading.Event()
+    real = runner.synthesize
+
+    def slow(*args, **kwargs):
+        rendering.set()
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "synthesize", slow)
+    app = create_app(tmp_path / "data", studio_edit_runs)
+    with local(app) as c:
+        job = c.post("/api/jobs", json={"model": MODEL, "settings": {"seconds": 1, "num_samples": 2}}).json()
+        assert rendering.wait(60)
+        c.delete(f"/api/jobs/{job['id']}")
+        release.set()
+        assert events(c, job["id"])[-1]["event"] == "cancelled"
+        assert not (tmp_path / "data" / "jobs" / job["id"]).exists()

@@ -23,6 +23,7 @@ from cadenza.generation.prompt import Task
 from cadenza.studio import memory
 
 FINISHED = ("done", "failed", "cancelled")
+KEEP_ENDED = 256  # cancelled or failed jobs remembered (a few hundred bytes each), past `keep_finished`
 
 
 class QueueFull(RuntimeError):
@@ -71,6 +72,11 @@ class Job:
         with self._changed:
             return self._changed.wait_for(lambda: len(self.events) > after, timeout)
 
+    def ended(self) -> Job:
+        """This finished job without its music: its record and its last event (cancelled or failed)."""
+        return Job(self.model, self.settings, id=self.id, status=self.status, created=self.created,
+                   started=self.started, finished=self.finished, error=self.error, events=self.events[-1:])
+
     def check(self) -> None:
         if self.cancel_requested:
             raise Cancelled()
@@ -90,6 +96,7 @@ class JobQueue:
         self._run, self.max_queued, self.keep_finished = run, max_queued, keep_finished
         self._waiting: queue.Queue[Job] = queue.Queue()
         self._jobs: dict[str, Job] = {}
+        self._ended: dict[str, Job] = {}  # cancelled and failed jobs past keep_finished, oldest first
         self._lock = threading.Lock()
         self._workers = [threading.Thread(target=self._work, daemon=True, name=f"studio-worker-{i}")
                          for i in range(max_running)]
@@ -107,7 +114,8 @@ class JobQueue:
         return job
 
     def get(self, job_id: str) -> Job:
-        return self._jobs[job_id]
+        with self._lock:
+            return self._jobs[job_id] if job_id in self._jobs else self._ended[job_id]
 
     def cancel(self, job_id: str) -> Job:
         with self._lock:  # a worker takes a queued job under the same lock: never both
@@ -163,7 +171,13 @@ class JobQueue:
         job.emit(status, **extra)
 
     def _forget_old(self) -> None:
-        """Finished jobs stay in memory for a while (their files stay on disk, in the history)."""
+        """Finished jobs stay in memory for a while; then a done one is read from its folder, and a
+        cancelled or failed one, which has none, is kept as its status and last event alone (up to
+        KEEP_ENDED of them), so that it never turns into a 404."""
         done = [j for j in self._jobs.values() if j.status in FINISHED]
         for j in sorted(done, key=lambda j: j.created)[:max(0, len(done) - self.keep_finished)]:
             del self._jobs[j.id]
+            if j.status != "done":
+                self._ended[j.id] = j.ended()
+        while len(self._ended) > KEEP_ENDED:
+            self._ended.pop(next(iter(self._ended)))

@@ -89,6 +89,7 @@ class Runner:
         variations, folder = [], self.data / "jobs" / job.id
         with atomic_dir(folder) as tmp:
             for k, (score, notes, stats, (rows, new)) in enumerate(zip(gen.scores, gen.notes, gen.stats, final)):
+                job.check()  # a cancel while rendering stops before the next variation, and leaves no folder
                 write_midi(score, tmp / f"sample-{k}.mid")
                 audio, backend = synthesize(notes, sample_rate=self.sample_rate)
                 write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
