@@ -4,6 +4,8 @@ of another site cannot drive it, a value that would fail a job is a 422 at the d
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from studio_client import LOCAL, events, local, serving
@@ -276,3 +278,21 @@ def test_a_cancel_while_rendering_stops_the_job(studio_edit_runs, tmp_path, monk
         release.set()
         assert events(c, job["id"])[-1]["event"] == "cancelled"
         assert not (tmp_path / "data" / "jobs" / job["id"]).exists()
+
+
+def test_the_history_reads_each_job_s_summary_not_its_notes(studio_edit_runs, tmp_path):
+    """A job.json holds every note of every variation (one was 18.9 MB): the history re-read all of
+    them on each call."""
+    app = create_app(tmp_path / "data", studio_edit_runs)
+    with local(app) as c:
+        jobs = [c.post("/api/jobs", json={"model": MODEL, "settings": {"seconds": 1, "seed": k}}).json()
+                for k in range(3)]
+        for job in jobs:
+            assert events(c, job["id"])[-1]["event"] == "done"
+        record = tmp_path / "data" / "jobs" / jobs[0]["id"] / "job.json"
+        record.write_text(record.read_text()[:-1] + " " * 5_000_000 + "}")  # megabytes of notes, say
+        record.write_text("{" + record.read_text())  # and, to be sure the history does not read it, unreadable
+        listed = c.get("/api/history").json()
+        assert [j["id"] for j in listed] == [j["id"] for j in reversed(jobs)]
+        assert "note_list" not in json.dumps(listed)
+        assert c.get(f"/api/jobs/{jobs[0]['id']}").json()["status"] == "done"

@@ -28,6 +28,7 @@ from cadenza.studio.jobs import Job
 from cadenza.studio.registry import Registry
 
 STREAM_EVERY = 0.12  # seconds between two `notes` events of a running job
+SUMMARY = "summary.json"  # job.json without the note lists
 MELODY = "melody.mid"  # a melody the server made for a job (played in, a top line), among its files
 
 
@@ -101,6 +102,7 @@ class Runner:
                        "started": job.started, "finished": time.time(), "primer": job.source,
                        "tokens_per_s": gen.run["tokens_per_s"], "variations": variations}
             write_json(tmp / "job.json", summary)
+            write_json(tmp / SUMMARY, _without_notes(summary))  # what the history and a job's status read
         return _without_notes(summary)
 
 
@@ -110,15 +112,30 @@ def _without_notes(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def history(data: Path, limit: int = 50) -> list[dict[str, Any]]:
-    """The finished jobs kept in the data folder, newest first (without their note lists)."""
+    """The newest `limit` finished jobs kept in the data folder, newest first, from their small
+    summaries (a job.json, with every note of every variation, can be megabytes)."""
+    root = data / "jobs"
+    folders = [p for p in root.iterdir() if SERVER_ID.match(p.name)] if root.is_dir() else []
     jobs = []
-    for f in (data / "jobs").glob("*/job.json") if (data / "jobs").is_dir() else []:
+    for folder in sorted(folders, key=lambda p: p.stat().st_mtime_ns, reverse=True):  # written as it finished
+        if len(jobs) == limit:
+            break
+        if (summary := _summary(folder)) is not None:
+            jobs.append(summary)
+    return sorted(jobs, key=lambda j: -j["created"])
+
+
+def _summary(folder: Path) -> dict[str, Any] | None:
+    """A job folder's summary.json; for a folder from before summaries, its job.json without notes."""
+    for name in (SUMMARY, "job.json"):
         try:
-            j = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+            record = json.loads((folder / name).read_text())
+        except FileNotFoundError:
             continue
-        jobs.append(_without_notes(j))
-    return sorted(jobs, key=lambda j: -j["created"])[:limit]
+        except (OSError, json.JSONDecodeError):
+            return None
+        return _without_notes(record)
+    return None
 
 
 SERVER_ID = re.compile(r"^[0-9a-f]{12}$")  # the ids the server hands out (jobs, uploads)
@@ -141,9 +158,9 @@ def stored_record(data: Path, job_id: str) -> dict[str, Any] | None:
 
 
 def stored_summary(data: Path, job_id: str) -> dict[str, Any] | None:
-    """A finished job's job.json without its note lists, or None (`stored_record`)."""
-    record = stored_record(data, job_id)
-    return None if record is None else _without_notes(record)
+    """A finished job's job.json without its note lists, or None (`job_folder`)."""
+    folder = job_folder(data, job_id)
+    return None if folder is None else _summary(folder)
 
 
 def stored_variation(record: dict[str, Any], variation: int) -> dict[str, Any] | None:
