@@ -3,6 +3,9 @@ benchmarks/bench_serve.py and tools/studio_screenshots.py start it with too)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 import pytest
 
@@ -22,3 +25,25 @@ def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path):
     with pytest.raises(RuntimeError, match=r"exited \(2\)") as failed, launch(tmp_path, "--jobs", "not-a-number"):
         pass
     assert "argument --jobs: invalid int value" in str(failed.value)
+
+
+def test_sigterm_stops_a_busy_server_within_seconds(tmp_path):
+    """A job running and its event stream open: the server still stops promptly when told to (open
+    streams get 3 s; scores, which held every request thread past 40 s, are now engraved in child
+    processes: test_studio_hostile.py)."""
+    with launch(tmp_path, "--no-compile") as served:
+        job = httpx.post(f"{served.url}/api/jobs", json={"model": "styles", "settings": {
+            "seconds": 120, "num_samples": 4}}).json()
+
+        def listen():
+            try:
+                with httpx.stream("GET", f"{served.url}/api/jobs/{job['id']}/events", timeout=60) as r:
+                    for _ in r.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass
+
+        threading.Thread(target=listen, daemon=True).start()
+        time.sleep(2)
+        served.process.terminate()
+        served.process.wait(timeout=20)  # a TimeoutExpired fails the test

@@ -57,7 +57,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     threading.Thread(target=_warm_up, args=(app, compile), name="warm-up", daemon=True).start()
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
           f"(API docs at /docs; data in {folder}; Ctrl-C to stop)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # SIGTERM or Ctrl-C: open event streams get 3 s to end before they are closed, then the jobs stop
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
 
 
 def _warm_up(app, compile: bool) -> None:
