@@ -45,8 +45,9 @@ def test_a_foreign_host_is_refused_on_every_route(client, host):
         assert r.status_code == 403 and "is not this server's" in r.json()["detail"], (path, r.text)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost:8000", "[::1]:8000", "LOCALHOST"])
-def test_this_machine_s_names_are_served(client, host):
+@pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost:8000", "[::1]:8000", "LOCALHOST", "192.168.1.5:8000"])
+def test_this_machine_s_names_and_any_address_are_served(client, host):
+    """An address cannot be rebound to another machine: 192.168.1.5 is this one, served on its network."""
     assert client.get("/api/models", headers={"host": host}).status_code == 200
 
 

@@ -1,9 +1,10 @@
 """Only the studio's own page may drive it, whoever can make a browser send requests to it.
 
-* **Host.** A request is served only if its `Host` names this machine (127.0.0.1, localhost,
-  [::1]) or an address the server was told to answer on (`--host`). A page whose domain re-resolves
-  to 127.0.0.1 (DNS rebinding) sends its own name, and gets a 403: it never becomes same-origin with
-  the studio. Jupyter and Ollama check the same header for the same reason.
+* **Host.** A request is served only if its `Host` is an IP address (127.0.0.1, or this machine's
+  address on a network it serves with `--host 0.0.0.0`), localhost, or the name it was started
+  with (`--host NAME`). A page whose domain re-resolves to 127.0.0.1 (DNS rebinding) sends its own
+  name, and gets a 403: it never becomes same-origin with the studio. An address cannot be
+  rebound, so any address passes. Jupyter and Ollama check the same header for the same reason.
 * **Origin.** A write (POST, PUT, PATCH, DELETE) or a WebSocket that a browser sends from another
   page carries that page's `Origin`, and gets a 403, unless it is the studio's own origin or one
   given with `--allow-origin`. A request with no Origin (curl, a script, a DAW plugin) passes: a
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -30,6 +32,14 @@ def hostname(host: str) -> str:
     if host.startswith("["):
         return host[1:host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def origin_of(url: str) -> str:
@@ -62,9 +72,9 @@ class Guard:
     def refusal(self, scope, headers: dict[str, str]) -> str | None:
         """Why a request is refused, in one line; None to serve it."""
         host = headers.get("host", "")
-        if hostname(host) not in self.hosts:
-            return (f"Host {host!r} is not this server's: open the studio at http://127.0.0.1 or "
-                    "localhost, or start it with --host NAME")
+        if not _is_address(hostname(host)) and hostname(host) not in self.hosts:
+            return (f"Host {host!r} is not this server's: open the studio at its address (http://127.0.0.1:PORT) "
+                    "or start it with --host NAME")
         origin = headers.get("origin")
         if origin is None or (scope["type"] == "http" and scope["method"] not in WRITES):
             return None
