@@ -60,8 +60,9 @@ class Limits:
     max_tokens: int = 8000  # per variation
     max_melody_notes: int = 2000  # notes of a melody to accompany: posted, or an upload's
     # An upload's length and notes: a job renders and lists its primer or piece whole, so a 46-byte
-    # file whose second note starts two hours in would make hours of audio.
-    max_piece_seconds: float = 600.0
+    # file whose second note starts two hours in would make hours of audio. A 290 s piece peaks the
+    # server at 870 MB, a 590 s one at 1.4 GB (docs/studio.md).
+    max_piece_seconds: float = 300.0
     max_piece_notes: int = 20_000
     keep_finished: int = 16  # finished jobs kept in memory for late listeners; older ones are read from disk
     # Handlers that may block (a folder scan, a piano roll, a score) run in at most this many threads.
