@@ -4,6 +4,7 @@ of another site cannot drive it, a value that would fail a job is a 422 at the d
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -297,3 +298,38 @@ def test_the_history_reads_each_job_s_summary_not_its_notes(studio_edit_runs, tm
         assert [j["id"] for j in listed] == [j["id"] for j in reversed(jobs)]
         assert "note_list" not in json.dumps(listed)
         assert c.get(f"/api/jobs/{jobs[0]['id']}").json()["status"] == "done"
+
+
+def test_an_engraving_stops_with_its_request(tmp_path):
+    """A server that stops cancels its requests: the engraving child of one must not live on."""
+    import asyncio
+    import shutil
+    import subprocess
+
+    from cadenza.studio.media import engrave
+
+    if shutil.which("pgrep") is None:
+        pytest.skip("pgrep is not installed")
+    rng = np.random.default_rng(0)
+    start = np.sort(rng.uniform(0, 120, 2000))
+    midi = write_midi(Notes.from_arrays(start, start + 0.5, rng.integers(30, 100, 2000), [80] * 2000),
+                      tmp_path / "long.mid")
+
+    def children() -> list[str]:
+        return subprocess.run(["pgrep", "-f", f"cadenza.studio.media {midi}"], capture_output=True,
+                              text=True).stdout.split()
+
+    async def cancelled() -> list[str]:
+        task = asyncio.create_task(engrave(midi, asyncio.Semaphore(1), 60, tmp_path / ".tmp"))
+        for _ in range(100):  # until the child runs (a 10 s deadline)
+            await asyncio.sleep(0.1)
+            if children():
+                break
+        running = children()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return running, children()  # while the event loop still runs, which would end it on closing
+
+    running, after = asyncio.run(cancelled())
+    assert running and not after

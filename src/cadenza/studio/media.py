@@ -95,6 +95,10 @@ async def _engrave(midi: Path, seconds: float, tmp: str) -> None:
         proc.kill()
         await proc.wait()
         raise ScoreError(f"not engraved within {seconds:g} s") from None
+    except BaseException:  # the request was cancelled (the server is stopping): the child stops with it
+        proc.kill()
+        await proc.wait()  # reaped here, not left to a closed event loop
+        raise
     if proc.returncode != 0:
         lines = err.decode(errors="replace").strip().splitlines()
         raise ScoreError(lines[-1] if lines else f"the engraver exited with {proc.returncode}")
