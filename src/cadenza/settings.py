@@ -86,11 +86,15 @@ def check_value(name: str, value: Any, meta: dict) -> None:
         raise SettingError(name, f"must be {describe_range(meta)}, got {value!r}")
 
 
+def _is_int(f: dataclasses.Field) -> bool:
+    return f.type in ("int", int, "int | None")
+
+
 def validate(obj: Any) -> Any:
     """Check every field of dataclass `obj` against its declared range; returns `obj`."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if f.type in ("int", int, "int | None") and isinstance(value, float):  # 2.5 samples: not a count
+        if _is_int(f) and isinstance(value, float):  # 2.5 samples: not a count
             raise SettingError(f.name, f"must be a whole number {describe_range(dict(f.metadata))}, got {value!r}")
         check_value(f.name, value, dict(f.metadata))
     return obj
@@ -100,7 +104,7 @@ def coerce_ints(obj: Any) -> Any:
     """Whole floats in int fields become ints (``max_steps=1e3`` from TOML or JSON is a common slip)."""
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        if f.type in ("int", int, "int | None") and isinstance(v, float) and v.is_integer():
+        if _is_int(f) and isinstance(v, float) and v.is_integer():
             setattr(obj, f.name, int(v))
     return obj
 

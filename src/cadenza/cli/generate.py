@@ -6,6 +6,7 @@ The MIDI files a task names are read here, with the checkpoint's tokenizer, and 
 from __future__ import annotations
 
 import argparse
+import functools
 
 from cadenza.cli.common import add_settings, add_verb, settings_of
 from cadenza.generation.config import SamplingConfig
@@ -48,12 +49,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(a: argparse.Namespace) -> int:
     # lazy: it imports torch, which `cadenza --help` and the other verbs must not wait for
-    from cadenza.generation.generate import generate
+    from cadenza.generation.generate import generate, open_checkpoint, read_notes_for, sampling_config
 
     # each flag's dest is its SamplingConfig field, which validates it (and the error names the flag)
-    settings = settings_of(a, SamplingConfig)
-    g = generate(a.checkpoint, settings, prompt=task_of(a), out=a.out, device=a.device, render=a.render,
-                 progress=not a.quiet)
+    cfg = sampling_config(settings_of(a, SamplingConfig))
+    # opened once, after the flags are checked: its tokenizer reads the task's file, then it samples
+    checkpoint = functools.cache(lambda: open_checkpoint(a.checkpoint, cfg, a.device))
+    task = task_of(a, lambda path: read_notes_for(checkpoint(), path))
+    g = generate(checkpoint(), cfg, prompt=task, out=a.out, render=a.render, progress=not a.quiet)
     for path, s in zip(g.paths, g.stats):
         secs = f"{s['seconds']:.1f} s" if s["seconds"] is not None else "? s"
         print(f"{path}  {s['tokens']} tokens, {s['notes']} notes, {secs}, {s['repairs']['repairs']} repairs")
@@ -64,23 +67,23 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
-def task_of(a: argparse.Namespace):
-    """The task the flags ask for, its MIDI file read as the checkpoint's tokenizer reads it."""
-    # lazy: both import torch or numpy, which `cadenza --help` must not wait for
-    from cadenza.generation.generate import read_notes_for
+def task_of(a: argparse.Namespace, read):
+    """The task the flags ask for, its MIDI file read by `read` (path -> Notes) once the flags are
+    known to agree."""
+    # lazy: it imports numpy, which `cadenza --help` must not wait for
     from cadenza.generation.prompt import Accompany, Continue, Infill, check_cut, parse_span
 
     if a.accompany is not None:
         if a.primer is not None or a.infill is not None:
             raise SettingError("accompany", "and --primer/--infill are exclusive: the melody file is the piece")
-        return Accompany(read_notes_for(a.checkpoint, a.accompany), source=a.accompany)
+        return Accompany(read(a.accompany), source=a.accompany)
     if a.infill is not None:
         start, end = parse_span(a.infill)
         if a.primer is None:
             raise SettingError("infill", "needs --primer, the piece to fill")
         if a.primer_seconds is not None:
             raise SettingError("primer_seconds", "cuts a primer to continue; an infill keeps the whole piece")
-        return Infill(read_notes_for(a.checkpoint, a.primer), start, end, source=a.primer)
+        return Infill(read(a.primer), start, end, source=a.primer)
     check_cut(a.primer_seconds, a.primer is not None)  # before the checkpoint and the file are opened
-    notes = read_notes_for(a.checkpoint, a.primer) if a.primer is not None else None
+    notes = read(a.primer) if a.primer is not None else None
     return Continue(notes, a.primer_seconds, source=a.primer)

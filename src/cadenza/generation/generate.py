@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -80,14 +80,20 @@ def generate(checkpoint: str | os.PathLike | Checkpoint | None = None, config: S
     Returns symusic scores, ids, notes and statistics.
     """
     cfg = sampling_config(config, **settings)
-    if not isinstance(checkpoint, Checkpoint):
-        dev = decode_device(pick_device(device), cfg, device == "auto")
-        enable_tf32(dev)  # fp32 matmuls on Ampere and later GPUs
-        checkpoint = ckpt.load(checkpoint if checkpoint is not None else DEFAULT, dev)
-    result = sample(checkpoint, cfg, prompt, progress=progress)
+    result = sample(open_checkpoint(checkpoint, cfg, device), cfg, prompt, progress=progress)
     if out is not None:
         _write(result, Path(out), render)
     return result
+
+
+def open_checkpoint(checkpoint: str | os.PathLike | Checkpoint | None, cfg: SamplingConfig,
+                    device: str = "auto") -> Checkpoint:
+    """The checkpoint to sample `cfg` from, loaded on its decoding device (a `Checkpoint` as it is)."""
+    if isinstance(checkpoint, Checkpoint):
+        return checkpoint
+    dev = decode_device(pick_device(device), cfg, device == "auto")
+    enable_tf32(dev)  # fp32 matmuls on Ampere and later GPUs
+    return ckpt.load(checkpoint if checkpoint is not None else DEFAULT, dev)
 
 
 def read_notes_for(checkpoint: str | os.PathLike | Checkpoint | None,
@@ -106,8 +112,10 @@ def infill(midi: str | os.PathLike | Notes, start: float, end: float, checkpoint
     """Rewrite the notes of `midi` (a MIDI file, or `Notes`) that start in [start, end) seconds;
     every other note comes back exactly. `generate` with ``prompt=Infill(...)``: the keywords are
     the same (style, guidance, temperature, seed, num_samples for variations, out, ...)."""
-    notes = read_notes_for(checkpoint, midi)
-    return generate(checkpoint, prompt=Infill(notes, start, end, source=_source(midi)), **settings)
+    device, cfg = settings.pop("device", "auto"), sampling_config(**_sampling(settings))
+    loaded = open_checkpoint(checkpoint, cfg, device)  # read once: its tokenizer reads the file
+    task = Infill(read_notes_for(loaded, midi), start, end, source=_source(midi))
+    return generate(loaded, cfg, prompt=task, **settings)
 
 
 def accompany(melody: str | os.PathLike | Notes, checkpoint: str | os.PathLike | None = None,
@@ -115,8 +123,15 @@ def accompany(melody: str | os.PathLike | Notes, checkpoint: str | os.PathLike |
     """Write voices under the melody of `melody` (a MIDI file, or `Notes`: its lead instrument where
     the instruments differ, else its top line), which comes back note for note. `generate` with
     ``prompt=Accompany(...)``: the keywords are the same."""
-    notes = read_notes_for(checkpoint, melody)
-    return generate(checkpoint, prompt=Accompany(notes, source=_source(melody)), **settings)
+    device, cfg = settings.pop("device", "auto"), sampling_config(**_sampling(settings))
+    loaded = open_checkpoint(checkpoint, cfg, device)  # read once: its tokenizer reads the file
+    return generate(loaded, cfg, prompt=Accompany(read_notes_for(loaded, melody), source=_source(melody)), **settings)
+
+
+def _sampling(settings: dict[str, Any]) -> dict[str, Any]:
+    """Take the SamplingConfig fields out of `settings` (what is left is `generate`'s own: out, ...)."""
+    names = {f.name for f in fields(SamplingConfig)}
+    return {k: settings.pop(k) for k in list(settings) if k in names}
 
 
 def _source(midi) -> str | None:
