@@ -12,7 +12,7 @@ def _must_not_convert_marked(args):
     from pathlib import Path
 
     unit, out = args
-    marker = Path(out) / f".{C._unit_key(unit)[2]}.done.json"
+    marker = C._marker(Path(out), C._unit_key(unit)[2])
     assert marker.exists(), f"{unit} converted twice"
     return json.loads(marker.read_text())
 
@@ -54,9 +54,34 @@ def test_sources_come_from_the_units_even_with_markers_of_older_versions(fake_co
     import json
 
     first = C.materialize("fake", workers=1, progress=False)
-    for marker in (tmp_path / "cache" / "corpora" / "fake").glob(".*.done.json"):
+    for marker in (tmp_path / "cache" / "corpora" / "fake").glob(f".*.done-v{C.CONVERSION}.json"):
         old = json.loads(marker.read_text())
         old.pop("source", None)  # markers written before sources were recorded
         marker.write_text(json.dumps(old))
     again = C.materialize("fake", workers=1, progress=False)
     assert again.sources == first.sources == {"tunes.abc-0000.mid": "tunes.abc#0", "tunes.abc-0001.mid": "tunes.abc#1"}
+
+
+def test_converted_midi_keeps_the_bars_of_a_pickup_and_a_split_bar(fake_corpus, tmp_path):
+    # music21 writes a pickup as a first bar of the full signature, which shifts every bar line;
+    # the conversion writes the score's own bars: the pickup as 1/4, then 3/4, and a bar split at a
+    # repeat sign as one bar
+    import symusic
+
+    (fake_corpus / "fakefolk" / "tunes.abc").write_text(
+        "X:1\nT:Pickup\nM:3/4\nL:1/4\nK:C\nG | c2 d | e2 :| d | e3 |]\n")
+    res = C.materialize("fake", workers=1, progress=False, only={"tunes.abc#0"})
+    score = symusic.Score(str(res.midi[0]))
+    tpq = score.ticks_per_quarter
+    assert [(t.time / tpq, t.numerator, t.denominator) for t in score.time_signatures] == [(0, 1, 4), (1, 3, 4)]
+    assert score.tracks[0].notes[0].time == 0  # the pickup still sounds first, without a rest before it
+
+
+def test_prepare_holds_out_exactly_the_pieces_it_is_given(fake_corpus, tmp_path):
+    # a new model measured on the pieces an older one was: those held out, every other one trained on
+    from cadenza.data.prepare import prepare
+
+    store = prepare(corpus="fake", out=tmp_path / "store", tokenizer="notes", progress=False, workers=1,
+                    held_out={"fake:tunes.abc#1": "test"}).store
+    splits = {p["origin"]: p["split"] for p in store.manifest["pieces"]}
+    assert splits == {"fake:tunes.abc#0": "train", "fake:tunes.abc#1": "test"}

@@ -19,9 +19,13 @@ def register(sub) -> argparse.ArgumentParser:
                    help="each first-level subfolder of a folder given is a style, named after it")
     s.add_argument("--out", required=True, help="store folder to write")
     s.add_argument("--tokenizer", default="performance",
-                   help="performance (default, 388 events) or miditok:REMI, miditok:TSD, ...")
+                   help="performance (default, 388 events), notes (10 ms), metrical (bars and beats), or "
+                        "miditok:REMI, miditok:TSD, ...")
     s.add_argument("--valid-fraction", type=float, default=0.1)
     s.add_argument("--test-fraction", type=float, default=0.1)
+    s.add_argument("--held-out-from", metavar="MODEL_OR_STORE",
+                   help="hold out exactly the valid and test pieces of a shipped model or a store (by origin) "
+                        "and train on the rest, so a new model is measured on the pieces an older one was")
     s.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=run)
@@ -32,8 +36,13 @@ def run(a: argparse.Namespace) -> int:
     # lazy: it imports numpy and symusic, which `cadenza --help` and the other verbs must not wait for
     from cadenza.data.prepare import prepare
 
+    held_out = None
+    if a.held_out_from:
+        from cadenza.evaluation.pieces import held_out_of  # lazy: only this flag reads a model's pieces
+
+        held_out = held_out_of(a.held_out_from)
     res = prepare(a.inputs, a.out, corpus=a.corpus, style=a.style, styles_from_folders=a.styles_from_folders,
                   tokenizer=a.tokenizer, valid_fraction=a.valid_fraction, test_fraction=a.test_fraction,
-                  workers=a.workers, progress=not a.quiet)
+                  workers=a.workers, progress=not a.quiet, held_out=held_out)
     print(res.summary())
     return 0

@@ -17,6 +17,7 @@ import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +125,15 @@ def _parse(src: Path, tune: int | None):
     return converter.parse(header + tunes[tune], format="abc")
 
 
+# A unit's marker names the conversion that made its files: a cache converted before bar lines were
+# written (version 1, `.NAME.done.json`) is converted again.
+CONVERSION = 2
+
+
+def _marker(out: Path, stem: str) -> Path:
+    return out / f".{stem}.done-v{CONVERSION}.json"
+
+
 UNIT_SECONDS = 90  # a few scores (long ABC tunes with many repeats) keep music21 busy for an hour
 
 
@@ -152,7 +162,7 @@ def _convert_source(args: tuple[str, str]) -> dict:
     unit, out_dir = args
     src, tune, stem = _unit_key(unit)
     out_p = Path(out_dir)
-    marker = out_p / f".{stem}.done.json"
+    marker = _marker(out_p, stem)
     label = _label(unit)
     if marker.exists():  # the label is the unit's, never the marker's: older markers did not keep it
         return {**json.loads(marker.read_text()), "source": label}
@@ -200,7 +210,10 @@ def _convert_unit(src: Path, tune: int | None, out_p: Path, stem: str, label: st
 def _write_midi(score, path: Path) -> None:
     """music21's MIDI writer; for a score it refuses (many Essen songs with meter changes: "the
     object TimeSignature ... is already found in this Stream"), its notes, rests and tempo marks
-    alone: the timing MIDI needs, without the notation that trips the writer."""
+    alone: the timing MIDI needs, without the notation that trips the writer. Either way the file's
+    time signatures are then the score's bars (`bar_signatures`): music21 writes a pickup as the
+    first bar of a full signature, which puts every later bar line in the wrong place."""
+    import symusic
     from music21 import exceptions21, note, tempo
 
     try:
@@ -208,6 +221,52 @@ def _write_midi(score, path: Path) -> None:
     except exceptions21.StreamException:
         flat = score.flatten().getElementsByClass([note.GeneralNote, tempo.MetronomeMark]).stream()
         flat.write("midi", fp=str(path))
+    signatures = bar_signatures(score)
+    if signatures:
+        midi = symusic.Score(str(path))
+        tpq = midi.ticks_per_quarter
+        midi.time_signatures = symusic.core.TimeSignatureTickList(
+            [symusic.TimeSignature(round(q * tpq), n, d, ttype="tick") for q, n, d in signatures])
+        midi.dump_midi(str(path))
+
+
+def bar_signatures(score) -> list[tuple[Fraction, int, int]]:
+    """(quarter, numerator, denominator) where the bars of a music21 score change length: its
+    written signatures, a pickup as a signature of its own length (1/4 before a 4/4 tune), and two
+    short measures that make one bar between them (a bar split at a repeat sign) as that bar."""
+    from music21 import stream
+
+    part = score.parts[0] if hasattr(score, "parts") and score.parts else score
+    bars: list[list] = []  # [offset, length, full length, written (num, den)]
+    sig = None
+    for m in part.getElementsByClass(stream.Measure):
+        sig = m.timeSignature or sig
+        if sig is None:
+            continue
+        length = Fraction(m.duration.quarterLength).limit_denominator(96)
+        full = Fraction(4 * sig.numerator, sig.denominator)
+        offset = Fraction(m.offset).limit_denominator(96)
+        last = bars[-1] if bars else None
+        if (last and length < full and last[1] < last[2] == full and last[0] + last[1] == offset
+                and last[1] + length <= full and len(bars) > 1):
+            last[1] += length  # the second half of a bar split in two
+            continue
+        if length > 0:
+            bars.append([offset, length, full, (sig.numerator, sig.denominator)])
+    out: list[tuple[Fraction, int, int]] = []
+    for k, (offset, length, full, (num, den)) in enumerate(bars):
+        if length != full and k + 1 < len(bars):  # a short bar before others (a short last bar needs none)
+            num, den = _signature_of(length, den)
+        if not out or out[-1][1:] != (num, den):
+            out.append((offset, num, den))
+    return out
+
+
+def _signature_of(quarters: Fraction, den: int) -> tuple[int, int]:
+    """A time signature `quarters` long, in `den`-th notes where they divide it, else finer ones."""
+    while (quarters * den / 4).denominator != 1 and den < 64:
+        den *= 2
+    return int(quarters * den / 4), den
 
 
 def materialize(name: str, workers: int | None = None, progress: bool = True, limit: int | None = None,
@@ -256,7 +315,7 @@ def _label(unit: str) -> str:
 def _convert_all(name: str, todo: list[str], out: Path, workers: int, progress: bool) -> None:
     from tqdm import tqdm
 
-    pending = [u for u in todo if not (out / f".{_unit_key(u)[2]}.done.json").exists()]
+    pending = [u for u in todo if not _marker(out, _unit_key(u)[2]).exists()]
     desc = f"converting {name} (first use only)" if pending else f"{name} (cached)"
     with tqdm(total=len(pending), unit="score", desc=desc, disable=not progress or not pending,
               file=sys.stderr, dynamic_ncols=True) as bar:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +51,7 @@ class Inputs:
     skipped: list[dict] = field(default_factory=list)  # failed before reading (corpus conversion)
     corpora: list[str] = field(default_factory=list)
     split: str | None = None  # every piece in this split (else a split from each piece's hash)
+    held_out: dict[str, str] | None = None  # origin -> its split; with it, every other piece is trained on
 
 
 @dataclass
@@ -87,7 +88,7 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
             corpus: str | Iterable[str] | None = None, style: str | None = None, styles_from_folders: bool = False,
             tokenizer: Tokenizer | str | None = None, valid_fraction: float = 0.1, test_fraction: float = 0.1,
             workers: int | None = None, progress: bool = True, origins: Iterable[str] | None = None,
-            split: str | None = None) -> PrepareResult:
+            split: str | None = None, held_out: Mapping[str, str] | None = None) -> PrepareResult:
     """Tokenize MIDI files/folders, or built-in corpora (`cadenza.data.corpora`), into a token store.
 
     Styles: each corpus name labels its pieces; `style` labels every file given; with
@@ -97,7 +98,8 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
 
     To rebuild a few pieces of corpora exactly (a shipped model's validation pieces, say): `origins`
     (``corpus:score`` as a store records them) takes only those scores, and `split` puts every piece
-    in that split.
+    in that split. `held_out` (origin -> "valid" or "test") holds out exactly those pieces and trains
+    on every other one: a new model is then measured on the pieces an older one was.
     """
     if split is not None and split not in SPLITS:
         raise SettingError("split", f"must be one of {', '.join(SPLITS)}, got {split!r}")
@@ -112,6 +114,10 @@ def prepare(inputs: Iterable[str | os.PathLike] = (), out: str | os.PathLike | N
     origins = set(origins) if origins is not None else None
     found = _from_corpora(names, cfg, progress, origins) if names else _from_paths(paths, style, styles_from_folders)
     found.split = split
+    if held_out is not None:
+        if bad := {v for v in held_out.values()} - {"valid", "test"}:
+            raise SettingError("held_out", f"splits must be valid or test, got {sorted(bad)}")
+        found.held_out = dict(held_out)
     if not found.files:
         raise FileNotFoundError(f"no MIDI files ({', '.join(MIDI_SUFFIXES)}) found in "
                                 f"{', '.join(map(str, paths or names))}")
@@ -181,6 +187,8 @@ def _write_store(found: Inputs, out: Path, tokenizer: Tokenizer, cfg: PrepareCon
             meta = {"origin": found.origins[r["source"]]} if r["source"] in found.origins else {}
             if found.split:
                 meta["split"] = found.split
+            elif found.held_out is not None:
+                meta["split"] = found.held_out.get(meta.get("origin", ""), "train")
             writer.add(r["ids"], source=r["source"], sha256=r["sha256"], notes=r["notes"], seconds=r["seconds"],
                        stats=r["stats"], **label, **meta)
             bar.set_postfix(kept=len(writer.pieces), skipped=len(skipped), refresh=False)

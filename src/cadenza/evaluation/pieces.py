@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from cadenza.data.prepare import prepare
 from cadenza.data.tokenizers import tokenizer_from_dict
@@ -29,3 +30,15 @@ def rebuild_store(name: str, split: str, out: str | os.PathLike, workers: int | 
     pieces = json.loads((folder / "pieces.json").read_text())
     return prepare(out=out, corpus=pieces["corpus"], origins=pieces[split], split=split,
                    tokenizer=tokenizer_from_dict(pieces["tokenizer"]), workers=workers, progress=progress)
+
+
+def held_out_of(source: str | os.PathLike) -> dict[str, str]:
+    """The pieces a model or a store holds out, as origin -> split: a shipped model's name (its
+    pieces.json), or a store folder (its manifest). What `prepare(held_out=...)` takes, so a new
+    model is measured on the pieces an older one was."""
+    store = Path(source) / "manifest.json"
+    if store.is_file():
+        pieces = json.loads(store.read_text())["pieces"]
+        return {p["origin"]: p["split"] for p in pieces if p.get("origin") and p["split"] in ("valid", "test")}
+    kept = json.loads((resolve_model(str(source)) / "pieces.json").read_text())
+    return {o: split for split in ("valid", "test") for o in kept[split]}
