@@ -7,17 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from cadenza.data.anticipation import (
-    AnticipationWindows,
-    TaskMix,
-    accompany_request,
-    choose_controls,
-    infill_request,
-    melody,
-    top_line,
-)
+from cadenza.data.anticipation import AnticipationWindows, TaskMix, choose_controls, melody, top_line
 from cadenza.data.midi import DRUMS, Notes
 from cadenza.data.prepare import prepare
+from cadenza.data.requests import accompany_request, infill_request
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes, Plan
 from cadenza.data.tokenizers.notes import NoteTokenizer
@@ -83,10 +76,10 @@ def _plans(store):
     for k in range(len(ds.pieces)):
         g = ds.notes(k).take(slice(0, 150))
         for task in ("autoregress", "infill", "accompany"):
-            given = choose_controls(g, task, rng)
+            given, task = choose_controls(g, task, rng)
             controls = g.take(given) if given is not None else GridNotes.empty()
             controls.velocity = np.zeros_like(controls.velocity)
-            yield ds.sequence(g, given, at_start=True, at_end=False), Plan(controls=controls)
+            yield ds.sequence(g, given, at_start=True, at_end=False, task=task), Plan(controls=controls)
 
 
 def test_every_real_sequence_passes_the_masks(store):

@@ -13,7 +13,8 @@ import cadenza
 from cadenza.data.midi import Notes
 from cadenza.data.tokenizers.note_grid import GridNotes
 from cadenza.data.tokenizers.notes import NoteTokenizer
-from cadenza.evaluation.anticipation import duration_shares, evaluate_anticipation, harmony, under_melody
+from cadenza.evaluation.anticipation import duration_shares, evaluate_anticipation
+from cadenza.evaluation.harmony import harmony, under_melody
 from cadenza.evaluation.spans import Span, encodings, span_music, span_nll
 from tests.conftest import styled_pieces, tiny_config
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import cadenza
-from cadenza.data.anticipation import given_mask
 from cadenza.data.midi import Notes, write_midi
+from cadenza.data.requests import given_mask
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.generate import sample
 from cadenza.generation.prompt import Accompany, Continue, Infill, Prompt, describe

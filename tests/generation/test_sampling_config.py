@@ -52,10 +52,15 @@ def test_cli_exits_2_with_one_line_naming_the_flag(name, value, flag, words, tmp
 
 
 def test_exclusive_and_dependent_settings():
-    with pytest.raises(SettingError, match="seconds and max_tokens are exclusive"):
-        SamplingConfig(seconds=10, max_tokens=100).validate()
-    with pytest.raises(SettingError, match="tempo is not a sampling setting"):
-        SamplingConfig.from_dict({"tempo": 120})
+    for lengths in ({"seconds": 10, "max_tokens": 100}, {"bars": 8, "seconds": 10}):
+        with pytest.raises(SettingError, match="max_tokens and bars are exclusive"):
+            SamplingConfig(**lengths).validate()
+    with pytest.raises(SettingError, match="bpm is not a sampling setting"):
+        SamplingConfig.from_dict({"bpm": 120})
+    with pytest.raises(SettingError, match="meter must be a time signature such as 4/4"):
+        SamplingConfig(meter="4/5").validate()
+    with pytest.raises(SettingError, match="unknown key 'H minor'"):
+        SamplingConfig(key="H minor").validate()
 
 
 def test_a_count_must_be_whole_from_json_too():

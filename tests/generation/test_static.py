@@ -221,8 +221,8 @@ def test_a_build_autotunes_without_printing_inductors_tables(built, capfd, tmp_p
 @pytest.fixture(scope="module")
 def notes_model(compile_here):
     """A model on the note vocabulary, and an accompaniment's prompt and plan (a forced melody)."""
-    from cadenza.data.anticipation import accompany_request
     from cadenza.data.midi import Notes
+    from cadenza.data.requests import accompany_request
     from cadenza.data.tokenizers import NoteTokenizer
 
     tok = NoteTokenizer()

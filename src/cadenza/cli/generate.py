@@ -18,7 +18,9 @@ EPILOG = """examples:
   cadenza generate --checkpoint runs/bach --num-samples 4 --seconds 30 --out samples/
   cadenza generate --checkpoint runs/bach --primer opening.mid --primer-seconds 8 --top-p 0.95 --render
   cadenza generate --primer tune.mid --infill 8:16 --style irish --num-samples 3   # rewrite 8-16 s
+  cadenza generate --primer chorale.mid --infill-bars 9:12 --style bach             # rewrite bars 9-12
   cadenza generate --accompany melody.mid --style bach                              # voices under it
+  cadenza generate --style bach --bars 16 --meter 3/4 --tempo 80 --key "D minor"  # a new piece, in bars
 the same --seed gives the same MIDI, bit for bit, on the same machine."""
 
 
@@ -39,8 +41,12 @@ def register(sub) -> argparse.ArgumentParser:
     task.add_argument("--primer-seconds", type=float, metavar="S", help="use only the primer's first S seconds")
     task.add_argument("--infill", metavar="START:END", help="rewrite the primer's notes that start in this span "
                       "(seconds), keeping every other note as it is (a model trained with anticipation)")
+    task.add_argument("--infill-bars", metavar="FIRST:LAST", help="rewrite bars FIRST to LAST of the primer, as the "
+                      "score numbers them (a pickup is bar 0), keeping every other note")
     task.add_argument("--accompany", metavar="MIDI", help="write voices under the melody of this MIDI file (its "
                       "lead instrument, or its top line), which comes back note for note")
+    task.add_argument("--live", action="store_true", help="with --accompany: answer each melody note where it "
+                      "sounds, without looking ahead, as when it is being played")
     add_settings(p, SamplingConfig, "sampling settings",
                  "The fields of SamplingConfig, as cadenza.generate() and the studio take them.")
     p.set_defaults(func=run)
@@ -73,17 +79,24 @@ def task_of(a: argparse.Namespace, read):
     # lazy: it imports numpy, which `cadenza --help` must not wait for
     from cadenza.generation.prompt import Accompany, Continue, Infill, check_cut, parse_span
 
+    if a.live and a.accompany is None:
+        raise SettingError("live", "is for --accompany")
     if a.accompany is not None:
-        if a.primer is not None or a.infill is not None:
+        if a.primer is not None or a.infill is not None or a.infill_bars is not None:
             raise SettingError("accompany", "and --primer/--infill are exclusive: the melody file is the piece")
-        return Accompany(read(a.accompany), source=a.accompany)
-    if a.infill is not None:
-        start, end = parse_span(a.infill)
+        return Accompany(read(a.accompany), source=a.accompany, live=a.live)
+    if a.infill is not None or a.infill_bars is not None:
+        name = "infill" if a.infill is not None else "infill_bars"
+        if a.infill is not None and a.infill_bars is not None:
+            raise SettingError("infill", "and --infill-bars are exclusive: give the span once")
+        span = parse_span(a.infill) if a.infill is not None else parse_span(a.infill_bars, name, int)
         if a.primer is None:
-            raise SettingError("infill", "needs --primer, the piece to fill")
+            raise SettingError(name, "needs --primer, the piece to fill")
         if a.primer_seconds is not None:
             raise SettingError("primer_seconds", "cuts a primer to continue; an infill keeps the whole piece")
-        return Infill(read(a.primer), start, end, source=a.primer)
+        if a.infill_bars is not None:
+            return Infill.bars(read(a.primer), *span, source=a.primer)
+        return Infill(read(a.primer), *span, source=a.primer)
     check_cut(a.primer_seconds, a.primer is not None)  # before the checkpoint and the file are opened
     notes = read(a.primer) if a.primer is not None else None
     return Continue(notes, a.primer_seconds, source=a.primer)

@@ -8,7 +8,7 @@ One model learns three tasks from one vocabulary (`cadenza.data.tokenizers.notes
   into what it knows comes next;
 * **accompany**: the melody (`melody`) is given as controls and the model writes the other voices.
 
-The same notes make what a generation asks for (`infill_request`, `accompany_request`).
+The same rules make what a generation asks for (`cadenza.data.requests`).
 
 `TaskMix` says how often each is drawn; the training run records it. A window starts at a random
 onset of its piece (the piece's start, with BOS, one time in ten), its time re-based to 0; one
@@ -25,12 +25,16 @@ import numpy as np
 import torch
 
 from cadenza.data.dataset import WindowDataset
-from cadenza.data.midi import DRUMS, Notes
-from cadenza.data.tokenizers.note_grid import DURATIONS, GridNotes, Plan
+from cadenza.data.keys import estimate_key
+from cadenza.data.meter import Meter
+from cadenza.data.midi import DRUMS
+from cadenza.data.tokenizers.note_grid import GridNotes
 
 TASKS = ("autoregress", "infill", "accompany")
 AT_START = 0.1  # share of windows that start at their piece's beginning
 CROPPED = 0.25  # share of windows cropped at a random token
+NO_KEY = 0.2  # share of windows of a vocabulary with KEY tokens that are given no key
+LIVE = 0.5  # share of accompaniments, in a vocabulary with lookahead, given no view of the next bar
 
 
 @dataclass
@@ -70,7 +74,7 @@ def top_line(g: GridNotes) -> np.ndarray:
     end = g.end
     firsts = np.flatnonzero(np.diff(g.onset, prepend=g.onset[0] - 1))
     bounds = np.append(firsts, len(g))
-    longest = int(DURATIONS[-1])
+    longest = int(g.lengths[-1])
     for a, b in itertools.pairwise(bounds):
         t = g.onset[a]
         top = a + int(np.argmax(pitch[a:b]))
@@ -83,19 +87,24 @@ def top_line(g: GridNotes) -> np.ndarray:
     return keep
 
 
-def choose_controls(g: GridNotes, task: str, rng: np.random.Generator, horizon: int | None = None) -> np.ndarray | None:
-    """The mask of notes a training window gives as controls for `task` (None: no controls).
-    An infill gives everything from a time before `horizon` on (steps; the last onset the window's
+def choose_controls(g: GridNotes, task: str, rng: np.random.Generator,
+                    horizon: int | None = None) -> tuple[np.ndarray | None, str]:
+    """The mask of notes a training window gives as controls for `task` (None: no controls), and
+    the task that mask is (an accompaniment of a piece that is all melody becomes an infill). An
+    infill gives everything from a time before `horizon` on (steps; the last onset the window's
     tokens reach, so that the model sees where the given notes start), as an infill's suffix is, or
-    spans of 2-10 s after every 1-8 s of music to write, over the whole window."""
+    spans of 2-10 s after every 1-8 s of music to write, over the whole window; on a metrical grid
+    the spans are 1-4 bars after every 1-4 bars, from bar line to bar line."""
     if task == "autoregress" or len(g) < 2:
-        return None
+        return None, "autoregress"
     if task == "accompany":
         given = melody(g)
         if 0 < given.sum() <= 0.8 * len(g):  # a melody with voices to write under it
-            return given
+            return given, "accompany"
     end = int(g.onset[-1]) if horizon is None else min(int(g.onset[-1]), horizon)
-    if rng.random() < 0.5:  # infill, and an accompaniment of a piece that is all melody
+    if g.meter is not None:
+        given = _bar_spans(g, rng, end)
+    elif rng.random() < 0.5:
         given = g.onset >= int(rng.integers(0, end + 1))
     else:
         given = np.zeros(len(g), bool)
@@ -104,7 +113,22 @@ def choose_controls(g: GridNotes, task: str, rng: np.random.Generator, horizon: 
             length = int(rng.integers(200, 1000))
             given |= (g.onset >= t) & (g.onset < t + length)
             t += length + int(rng.integers(100, 800))
-    return given if given.any() else None
+    return (given, "infill") if given.any() else (None, "autoregress")
+
+
+def _bar_spans(g: GridNotes, rng: np.random.Generator, end: int) -> np.ndarray:
+    """Given notes of a metrical window, from bar lines: everything from a bar line up to `end`
+    on, or bars 1-4 long after every 1-4 bars."""
+    lines = np.round(g.meter.bar_starts((int(g.onset[-1]) + 1) / g.tpq) * g.tpq).astype(np.int64)
+    if rng.random() < 0.5:
+        return g.onset >= lines[int(rng.integers(0, max(1, np.searchsorted(lines, end, side="right"))))]
+    given = np.zeros(len(g), bool)
+    k = int(rng.integers(1, 5))
+    while k < lines.size - 1:
+        n = int(rng.integers(1, 5))
+        given |= (g.onset >= lines[k]) & (g.onset < lines[min(k + n, lines.size - 1)])
+        k += n + int(rng.integers(1, 5))
+    return given
 
 
 def horizon(tok, g: GridNotes, tokens: int) -> int:
@@ -123,16 +147,19 @@ def training_windows(store, split: str, context: int, tokenizer, tasks: TaskMix 
     return WindowDataset(store, split, context, tokenizer=tokenizer, **kwargs)
 
 
-def window_ids(tok, g: GridNotes, given: np.ndarray | None, at_start: bool, at_end: bool) -> np.ndarray:
-    """A training window's ids after its style token: [task] [BOS] notes (the `given` ones as
-    controls, without loudness) [EOS], as the tokenizer interleaves them."""
-    head = [tok.task_id(given is not None)] + ([tok.bos_id] if at_start else [])
-    if given is None:
-        body = tok.encode_grid(g)
-    else:
+def window_ids(tok, g: GridNotes, given: np.ndarray | None, at_start: bool, at_end: bool,
+               task: str | None = None, key: int | None = None) -> np.ndarray:
+    """A training window's ids after its style token: its task flag (and key, in a vocabulary that
+    has them), [BOS], the notes (the `given` ones as controls, without loudness) [EOS], as the
+    tokenizer interleaves them."""
+    task = task or ("autoregress" if given is None else "infill")
+    head = tok.task_prefix(task, key) + ([tok.bos_id] if at_start else [])
+    controls = None
+    if given is not None:
         controls = g.take(given)
         controls.velocity = np.zeros_like(controls.velocity)
-        body = tok.encode_grid(g.take(~given), controls, clock=-tok.lead)
+        g = g.take(~given)
+    body = tok.encode_window(g, controls, at_end, task)
     return np.concatenate([head, body, [tok.eos_id] if at_end else []]).astype(np.int64)
 
 
@@ -145,6 +172,8 @@ class AnticipationWindows(WindowDataset):
         super().__init__(*args, **kwargs)
         self.tasks = tasks or TaskMix()
         self.p = self.tasks.probabilities()
+        self.keys = bool(getattr(self.tok, "has_keys", False))  # a vocabulary with KEY tokens
+        self.lookahead = bool(getattr(self.tok, "lookahead", False))  # ... that shows the next bar's given notes
         self._notes: dict[int, GridNotes] = {}
 
     def notes(self, k: int) -> GridNotes:
@@ -160,105 +189,69 @@ class AnticipationWindows(WindowDataset):
         g = self.notes(k)
         need = self.context + 1 - self.styled - 1  # the style and task tokens open the window
         start = 0 if rng.random() < AT_START or len(g) < 2 else int(rng.integers(0, len(g)))
-        first = int(np.searchsorted(g.onset, g.onset[start]))
+        origin = window_origin(g, start)
+        first = int(np.searchsorted(g.onset, origin))
         window = g.take(slice(first, first + need))  # a note takes 2 tokens or more: enough
-        window = self._augment(window.shifted(-int(window.onset[0])) if len(window) else window, rng)
+        window = self._augment(window.shifted(-origin), rng)
         task = TASKS[int(rng.choice(len(TASKS), p=self.p))]
         reach = horizon(self.tok, window, need) if task != "autoregress" else None
-        given = choose_controls(window, task, rng, reach)
-        ids = self.sequence(window, given, at_start=first == 0, at_end=first + len(window) == len(g))
+        given, task = choose_controls(window, task, rng, reach)
+        if task == "accompany" and self.lookahead and rng.random() < LIVE:
+            task = "accompany_live"  # a melody heard as it is played: no view of the next bar
+        key = self._key(window, given, task, rng) if self.keys else None
+        ids = self.sequence(window, given, at_start=first == 0, at_end=first + len(window) == len(g), task=task,
+                            key=key)
         if rng.random() < CROPPED and ids.size > need:
             ids = np.concatenate([ids[:1], ids[1 + int(rng.integers(0, ids.size - need)):]])
         out = np.full(need + 1, self.tok.pad_id, np.int64)
         out[:min(out.size, ids.size)] = ids[:out.size]
         return torch.from_numpy(self.with_style(out, k, rng))
 
-    def sequence(self, g: GridNotes, given: np.ndarray | None, at_start: bool, at_end: bool) -> np.ndarray:
-        return window_ids(self.tok, g, given, at_start, at_end)
+    def sequence(self, g: GridNotes, given: np.ndarray | None, at_start: bool, at_end: bool,
+                 task: str | None = None, key: int | None = None) -> np.ndarray:
+        return window_ids(self.tok, g, given, at_start, at_end, task, key)
+
+    @staticmethod
+    def _key(g: GridNotes, given: np.ndarray | None, task: str, rng: np.random.Generator) -> int | None:
+        """A window's KEY: of its melody when it is accompanied (what a melody alone can tell), else
+        of all its notes; none in one window in five, so the model also plays without one."""
+        if rng.random() < NO_KEY or not len(g):
+            return None
+        heard = g.take(given) if task.startswith("accompany") else g
+        pitched = heard.program != DRUMS
+        return estimate_key(heard.pitch[pitched], (heard.end - heard.onset)[pitched])
 
     def _augment(self, g: GridNotes, rng: np.random.Generator) -> GridNotes:
         if self.stretch and len(g):
             factor = rng.uniform(1 - self.stretch, 1 + self.stretch)
-            steps = np.floor(DURATIONS[g.duration] * factor + 0.5).astype(np.int64)
-            duration = np.clip(np.searchsorted(DURATIONS, steps), 0, DURATIONS.size - 1)
-            g = GridNotes(np.floor(g.onset * factor + 0.5).astype(np.int64), duration, g.program, g.pitch,
-                          g.velocity)
+            g = stretched(g, factor)
         pitched = g.program != DRUMS
         if self.transpose and pitched.any():
             lo = max(-self.transpose, -int(g.pitch[pitched].min()))
             hi = min(self.transpose, 127 - int(g.pitch[pitched].max()))
             shift = int(rng.integers(lo, hi + 1)) if hi >= lo else 0
-            g = GridNotes(g.onset, g.duration, g.program, np.where(pitched, g.pitch + shift, g.pitch), g.velocity)
+            g = g._with(g.onset, g.duration, g.program, np.where(pitched, g.pitch + shift, g.pitch), g.velocity)
         return g
 
 
-@dataclass
-class Request:
-    """What an infill or an accompaniment asks of the sampler: the prompt's ids (after the window
-    prefix: BOS, then the given music so far), the plan that places the given notes, the clock at
-    the prompt's end and where the new notes must stop (in steps), and the input notes that come
-    out exactly as they went in."""
-
-    prompt: np.ndarray
-    plan: Plan
-    clock: int
-    stop: int
-    given: Notes
-    anticipate: bool
+def window_origin(g: GridNotes, i: int) -> int:
+    """Where a window that starts at note i starts: the note's onset, or on a metrical grid the bar
+    line before it (a metrical window opens with its bar)."""
+    onset = int(g.onset[i]) if len(g) else 0
+    if g.meter is None:
+        return onset
+    lines = np.round(g.meter.bar_starts((onset + 1) / g.tpq) * g.tpq).astype(np.int64)
+    return int(lines[np.searchsorted(lines, onset, side="right") - 1])
 
 
-def infill_request(tok, notes: Notes, start: float, end: float) -> Request:
-    """Rewrite the notes starting in [start, end) seconds: those before are the prompt, those from
-    `end` on are given as controls; notes sounding across either edge are kept whole."""
-    sps = tok.steps_per_second
-    length = float(notes.end.max()) if len(notes) else 0.0
-    if not 0 <= start < end:
-        raise ValueError(f"infill span {start:g}:{end:g} must have 0 <= start < end (seconds)")
-    if start >= length:
-        raise ValueError(f"infill span {start:g}:{end:g} starts after the piece ends ({length:.1f} s)")
-    a, b = round(start * sps), round(end * sps)
-    g, _ = tok.quantize(notes)
-    onset = np.floor(notes.start * sps + 0.5)
-    given = notes.take((onset < a) | (onset >= b))
-    return _request(tok, g.take(g.onset < a), g.take(g.onset >= b), given, a, b)
-
-
-def accompany_request(tok, notes: Notes) -> Request:
-    """Write voices under the melody of `notes` (`melody`), which is given as controls; the
-    other notes of the input are left out."""
-    g, _ = tok.quantize(notes)
-    tune = melody(g)
-    if not tune.any():
-        raise ValueError("no melody to accompany: the file has no pitched notes")
-    controls = g.take(tune)
-    return _request(tok, GridNotes.empty(), controls, notes_at(tok, notes, g, tune), 0, int(controls.end.max()))
-
-
-def given_mask(notes: Notes, given: Notes | GridNotes, steps_per_second: float) -> np.ndarray:
-    """Which of `notes` are among `given` (notes in seconds, or grid notes in steps of
-    1/`steps_per_second`): matched by onset step, instrument and pitch. The one matcher behind every
-    "which notes were given" (a request's kept notes, a sample's given ones, a melody's notes)."""
-    if isinstance(given, GridNotes):
-        onset, program = given.onset, given.program
-    else:
-        onset, program = np.floor(given.start * steps_per_second + 0.5).astype(np.int64), given.programs
-    keys = (onset << 16) | (program << 7) | given.pitch
-    steps = np.floor(notes.start * steps_per_second + 0.5).astype(np.int64)
-    return np.isin((steps << 16) | (notes.programs << 7) | notes.pitch, keys)
-
-
-def notes_at(tok, notes: Notes, g: GridNotes, mask: np.ndarray) -> Notes:
-    """The notes of `notes` (as read) that became the grid notes `mask` picks of `g`, its
-    quantisation by `tok`."""
-    return notes.take(given_mask(notes, g.take(mask), tok.steps_per_second))
-
-
-def _request(tok, prefix: GridNotes, controls: GridNotes, given: Notes, events_from: int, stop: int) -> Request:
-    controls.velocity = np.zeros_like(controls.velocity)
-    anticipate = len(controls) > 0
-    start = -tok.lead if anticipate else 0
-    clock = int(prefix.onset[-1]) if len(prefix) else start
-    placed = int(np.count_nonzero(controls.onset - tok.lead <= clock))  # written before the prompt ends
-    body = tok.encode_grid(prefix, controls.take(slice(0, placed)), clock=start)
-    plan = Plan(controls=controls, placed=placed, events_from=events_from, events_until=stop)
-    return Request(np.concatenate([[tok.bos_id], body]).astype(np.int64), plan, clock, stop, given, anticipate)
+def stretched(g: GridNotes, factor: float) -> GridNotes:
+    """The notes played `factor` times as long: on a clock grid their steps stretch; on a metrical
+    grid the beats stay and the tempo changes."""
+    if g.meter is not None:
+        m = g.meter
+        out = g.take(slice(None))
+        out.meter = Meter(m.tempo_at, tuple(q / factor for q in m.qpm), m.signature_at, m.numerator, m.denominator)
+        return out
+    steps = np.floor(g.lengths[g.duration] * factor + 0.5).astype(np.int64)
+    duration = np.clip(np.searchsorted(g.lengths, steps), 0, g.lengths.size - 1)
+    return g._with(np.floor(g.onset * factor + 0.5).astype(np.int64), duration, g.program, g.pitch, g.velocity)

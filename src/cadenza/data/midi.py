@@ -26,6 +26,7 @@ import numpy as np
 import symusic
 
 from cadenza.atomic import write_bytes
+from cadenza.data.meter import Meter
 
 DEFAULT_TPQ = 480  # at the default 120 bpm one tick is ~1 ms, finer than the 10 ms token grid
 DRUMS = 128  # the program number of drum notes: General MIDI's 128 programs, then the drum kit
@@ -49,6 +50,7 @@ class Notes:
     pitch: np.ndarray  # int64, 0..127
     velocity: np.ndarray  # int64, 1..127
     program: np.ndarray | None = None  # int64, 0..128 (DRUMS), or None: all piano
+    meter: Meter | None = None  # where the beats and bars are, when known (read from a score)
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -63,15 +65,15 @@ class Notes:
         return cls(z, z.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @classmethod
-    def from_arrays(cls, start, end, pitch, velocity, program=None) -> Notes:
+    def from_arrays(cls, start, end, pitch, velocity, program=None, meter: Meter | None = None) -> Notes:
         start = np.asarray(start, dtype=np.float64)
         end = np.asarray(end, dtype=np.float64)
         pitch = np.asarray(pitch, dtype=np.int64)
         velocity = np.asarray(velocity, dtype=np.int64)
         if program is None:
-            return cls(*_take((start, end, pitch, velocity), np.lexsort((start, pitch))))
+            return cls(*_take((start, end, pitch, velocity), np.lexsort((start, pitch))), meter=meter)
         program = np.broadcast_to(np.asarray(program, dtype=np.int64), pitch.shape)
-        return cls(*_take((start, end, pitch, velocity, program), np.lexsort((start, pitch, program))))
+        return cls(*_take((start, end, pitch, velocity, program), np.lexsort((start, pitch, program))), meter=meter)
 
     def by_time(self) -> Notes:
         """A copy ordered by onset, then (program,) pitch."""
@@ -81,7 +83,7 @@ class Notes:
     def take(self, index) -> Notes:
         """The notes at `index` (an index array or a boolean mask), in that order."""
         arrays = (self.start, self.end, self.pitch, self.velocity, self.program)
-        return Notes(*_take(arrays, index))
+        return Notes(*_take(arrays, index), meter=self.meter)
 
     @property
     def programs(self) -> np.ndarray:
@@ -202,7 +204,9 @@ def score_to_notes(score: symusic.Score, sustain: bool = True, programs: bool = 
         stats.pedal_extended += extended
         parts.append((st, en, p, v, program_of(track) if programs else 0))
     if not parts:
-        return Notes.empty(), stats
+        empty = Notes.empty()
+        empty.meter = Meter.from_score(score) if in_ticks else None
+        return empty, stats
     start, end, pitch, vel = (np.concatenate(x) for x in zip(*(part[:4] for part in parts)))
     if in_ticks:  # all of a file's normalisation happens in ticks; seconds once, at the end
         both = ticks_to_seconds(score, np.concatenate((start, end)))
@@ -216,6 +220,7 @@ def score_to_notes(score: symusic.Score, sustain: bool = True, programs: bool = 
     stats.zero_length, stats.unisons_merged = counts["zero_length"], counts["unisons_merged"]
     stats.overlaps_truncated = counts["overlaps_truncated"]
     stats.notes_out = len(notes)
+    notes.meter = Meter.from_score(score) if in_ticks else None
     return notes, stats
 
 
@@ -323,28 +328,33 @@ def as_notes(source) -> Notes:
 
 
 def notes_to_score(notes: Notes, program: int = 0, tpq: int = DEFAULT_TPQ, name: str = "piano") -> symusic.Score:
-    """A symusic Score in ticks (tpq `tpq`, 120 bpm) holding `notes`: one track (`program`) for a
-    one-part `Notes`, else one track per program, drums on a drum track."""
-    score = symusic.Score(tpq, ttype="second")
+    """A symusic Score in ticks (tpq `tpq`) holding `notes`: one track (`program`) for a one-part
+    `Notes`, else one track per program, drums on a drum track. Notes with a meter keep its tempos
+    and time signatures, so the score opens on its grid in a notation program; others are at 120
+    bpm."""
+    meter = notes.meter
+    if meter is None:
+        score = symusic.Score(tpq, ttype="second")
+        unit, to_unit = "second", (lambda t: t.astype(np.float32))
+    else:
+        score = symusic.Score(tpq, ttype="tick")
+        meter.write(score)
+        unit, to_unit = "tick", (lambda t: np.round(meter.quarters(t) * tpq).astype(np.int32))
     if notes.program is None:
-        score.tracks.append(_track(notes, name, program))
+        score.tracks.append(_track(notes, name, program, unit, to_unit))
     for p in np.unique(notes.program) if notes.program is not None else ():
         part = notes.take(notes.program == p)
         score.tracks.append(_track(part, "drums" if p == DRUMS else f"program {p}", 0 if p == DRUMS else int(p),
-                                   drum=bool(p == DRUMS)))
-    return score.to("tick")
+                                   unit, to_unit, drum=bool(p == DRUMS)))
+    return score.to("tick") if meter is None else score
 
 
-def _track(notes: Notes, name: str, program: int, drum: bool = False) -> symusic.Track:
-    track = symusic.Track(name, program, drum, ttype="second")
+def _track(notes: Notes, name: str, program: int, unit: str, to_unit, drum: bool = False) -> symusic.Track:
+    track = symusic.Track(name, program, drum, ttype=unit)
     if len(notes):
-        track.notes = symusic.Note.from_numpy(
-            notes.start.astype(np.float32),
-            (notes.end - notes.start).astype(np.float32),
-            notes.pitch.astype(np.int8),
-            notes.velocity.astype(np.int8),
-            "second",
-        )
+        start, end = to_unit(notes.start), to_unit(notes.end)
+        track.notes = symusic.Note.from_numpy(start, np.maximum(end - start, 1 if unit == "tick" else 0),
+                                              notes.pitch.astype(np.int8), notes.velocity.astype(np.int8), unit)
     return track
 
 

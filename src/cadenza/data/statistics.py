@@ -26,21 +26,42 @@ def onset_polyphony(notes: Notes) -> np.ndarray:
     return np.searchsorted(start, notes.start, side="right") - np.searchsorted(end, notes.start, side="right")
 
 
+def _style_notes(store, split: str):
+    """(style, notes) of up to MAX_PIECES pieces of each style of `split`, evenly spread (the same
+    pieces on every machine)."""
+    by_style: dict[str | None, list] = {}
+    for p in store.split(split):
+        by_style.setdefault(p.style, []).append(p)
+    for style, ps in by_style.items():
+        for p in ps[::max(1, len(ps) // MAX_PIECES)]:
+            yield style, store.tokenizer.to_notes(np.asarray(store[p.index]))
+
+
+def store_statistics(store, split: str = "train", percentile: float = 99.0) -> dict[str, Any]:
+    """What a checkpoint carries of its data, read in one pass: ``polyphony`` (`polyphony_stats`)
+    and ``programs``, the General MIDI programs each style's pieces use (drums: 128), which a
+    style's samples keep to unless asked for others."""
+    counts: dict[str | None, list[np.ndarray]] = {}
+    programs: dict[str | None, set[int]] = {}
+    for style, notes in _style_notes(store, split):
+        counts.setdefault(style, []).append(onset_polyphony(notes))
+        programs.setdefault(style, set()).update(np.unique(notes.programs).tolist())
+    every = sorted(set().union(*programs.values())) if programs else []
+    return {"polyphony": _percentiles(counts, percentile),
+            "programs": {"all": every, "styles": {s: sorted(v) for s, v in programs.items() if s is not None}}}
+
+
 def polyphony_stats(store, split: str = "train", percentile: float = 99.0) -> dict[str, Any] | None:
     """The `percentile` of onset polyphony over `split`, overall and per style:
     ``{"percentile": 99, "all": 6, "styles": {"bach": 6, "irish": 5, ...}}``; None when the split
     has no notes."""
-    tok = store.tokenizer
     counts: dict[str | None, list[np.ndarray]] = {}
-    pieces = store.split(split)
-    by_style: dict[str | None, list] = {}
-    for p in pieces:
-        by_style.setdefault(p.style, []).append(p)
-    for style, ps in by_style.items():
-        step = max(1, len(ps) // MAX_PIECES)  # evenly spread, the same pieces on every machine
-        for p in ps[::step]:
-            counts.setdefault(style, []).append(onset_polyphony(tok.to_notes(np.asarray(store[p.index]))))
+    for style, notes in _style_notes(store, split):
+        counts.setdefault(style, []).append(onset_polyphony(notes))
+    return _percentiles(counts, percentile)
 
+
+def _percentiles(counts: dict, percentile: float) -> dict[str, Any] | None:
     def q(arrays: list[np.ndarray]) -> int | None:
         v = np.concatenate(arrays) if arrays else np.zeros(0)
         return int(np.percentile(v, percentile, method="higher")) if v.size else None

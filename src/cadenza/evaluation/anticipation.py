@@ -26,11 +26,11 @@ import numpy as np
 
 from cadenza.atomic import atomic_path
 from cadenza.data.anticipation import melody
-from cadenza.data.midi import Notes
 from cadenza.data.store import SPLITS, TokenStore
 from cadenza.env.device import pick_device
 from cadenza.evaluation.classifier import StyleClassifier
 from cadenza.evaluation.features import excerpt, style_features
+from cadenza.evaluation.harmony import fit
 from cadenza.evaluation.metrics import mean_overlap
 from cadenza.evaluation.nll import token_nll
 from cadenza.evaluation.spans import draw_spans, encodings, infill, span_nll
@@ -41,8 +41,6 @@ from cadenza.models import checkpoint as ckpt
 from cadenza.settings import setting, validate
 
 PARTS = ("durations", "likelihood", "infilling", "accompaniment")
-CONSONANT = (0, 3, 4, 7, 8, 9)  # semitones mod 12: unison and octave, thirds, fifth, sixths
-ONSET = 1e-6  # seconds: a note sounds at an onset when it starts at most this after it
 
 
 @dataclass
@@ -219,27 +217,6 @@ def infilling_report(new: Model, cfg: AnticipationEvalConfig) -> dict[str, Any]:
 
 # -- 4. accompaniment ------------------------------------------------------------------------------
 
-def under_melody(tune: Notes, others: Notes) -> dict[str, np.ndarray]:
-    """At each melody onset: the interval (semitones mod 12) from the bass (the lowest other note
-    sounding below the melody) up to the melody, -1 where nothing sounds below it; how many other
-    notes sound below it; whether any sounds above it."""
-    t = tune.start[:, None] + ONSET
-    sounding = (others.start[None] <= t) & (others.end[None] > t)
-    below = sounding & (others.pitch[None] < tune.pitch[:, None])
-    bass = np.where(below, others.pitch[None], 128).min(axis=1, initial=128)
-    return {"interval": np.where(below.any(axis=1), (tune.pitch - bass) % 12, -1), "voices": below.sum(axis=1),
-            "above": (sounding & (others.pitch[None] > tune.pitch[:, None])).any(axis=1)}
-
-
-def harmony(tune: Notes, others: Notes) -> dict[str, float]:
-    """`under_melody` summed up: the share of consonant intervals (over onsets with a bass), the
-    mean number of voices below the melody, the share of onsets with a note above it."""
-    u = under_melody(tune, others)
-    bassed = u["interval"] >= 0
-    consonant = np.isin(u["interval"][bassed], CONSONANT).mean() if bassed.any() else float("nan")
-    return {"consonant": float(consonant), "voices_under": float(u["voices"].mean()), "above": float(u["above"].mean())}
-
-
 def harmonise(new: Model, cfg: AnticipationEvalConfig, index: int, seed: int) -> dict[str, Any]:
     """One held-out piece's melody harmonised by the model: the real and generated notes, split into
     melody and the rest, and whether every melody note came back as it went in."""
@@ -257,27 +234,34 @@ def harmonise(new: Model, cfg: AnticipationEvalConfig, index: int, seed: int) ->
             "returned": returned}
 
 
-def accompaniment_report(new: Model, cfg: AnticipationEvalConfig, clf: StyleClassifier) -> dict[str, Any]:
+def accompaniment_report(new: Model, cfg: AnticipationEvalConfig, clf: StyleClassifier | None) -> dict[str, Any]:
     """`pieces` held-out pieces of `accompany_style` (the split's first, then the other held-out
     split's), each harmonised (`harmonise`): the melody returned, the classifier's verdict on the
-    first `seconds` of each result (and of each real piece), `harmony` of results and real pieces."""
+    first `seconds` of each result and of each real piece (with a classifier), and how each result
+    and each real piece fits its melody (`harmony.fit`)."""
     style = cfg.accompany_style
     held = [p for split in dict.fromkeys((cfg.split, "valid", "test")) for p in new.store.split(split)
             if p.style == style][:cfg.pieces]
     rows, real, made = [], [], []
     for i, p in enumerate(held):
         h = harmonise(new, cfg, p.index, cfg.seed + i)
-        called = clf.predict(np.array([style_features(excerpt(n, 0.0, cfg.seconds)) for n in (h["result"], h["real"])]))
-        real.append(harmony(h["real_melody"], h["real_rest"]))
-        made.append(harmony(h["melody"], h["rest"]))
-        rows.append({"piece": new.store.manifest["pieces"][p.index].get("origin"), "melody_returned": h["returned"],
-                     "called": called[0], "real_called": called[1], **made[-1]})
-    mean = {key: {k: float(np.nanmean([h[k] for h in hs])) for k in ("consonant", "voices_under", "above")}
-            for key, hs in (("generated", made), ("real", real))}
-    return {"style": style, "pieces": len(rows), "melody_returned": sum(r["melody_returned"] for r in rows),
-            "called_style": float(np.mean([r["called"] == style for r in rows])) if rows else float("nan"),
-            "real_called_style": float(np.mean([r["real_called"] == style for r in rows])) if rows else float("nan"),
-            **mean, "per_piece": rows}
+        row = {"piece": new.store.manifest["pieces"][p.index].get("origin"), "melody_returned": h["returned"]}
+        if clf is not None:
+            called = clf.predict(np.array([style_features(excerpt(n, 0.0, cfg.seconds))
+                                           for n in (h["result"], h["real"])]))
+            row.update(called=called[0], real_called=called[1])
+        real.append(fit(h["real_melody"], h["real_rest"]))
+        made.append(fit(h["melody"], h["rest"]))
+        rows.append({**row, **made[-1]})
+    keys = ("consonant", "voices_under", "above", "synchrony", "same_key")
+    mean = {key: {k: float(np.nanmean([h[k] for h in hs])) for k in keys} for key, hs in (("generated", made),
+                                                                                          ("real", real))}
+    out = {"style": style, "pieces": len(rows), "melody_returned": sum(r["melody_returned"] for r in rows), **mean,
+           "per_piece": rows}
+    if clf is not None:
+        out["called_style"] = float(np.mean([r["called"] == style for r in rows])) if rows else float("nan")
+        out["real_called_style"] = float(np.mean([r["real_called"] == style for r in rows])) if rows else float("nan")
+    return out
 
 
 # -- all of it -------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cadenza.data.keys import parse_key
+from cadenza.data.tokenizers.metrical_grid import METERS
 from cadenza.settings import SettingError, from_dict, setting, validate
 
 DEFAULT_MAX_TOKENS = 1024
@@ -28,6 +30,14 @@ class SamplingConfig:
     max_tokens: int | None = setting(None, ge=1, le=1_000_000, exclusive="length",
                                      doc="new tokens per sample (default 1024)")
     seconds: float | None = setting(None, gt=0, le=3600, exclusive="length", doc="new music per sample, in seconds")
+    bars: int | None = setting(None, ge=1, le=2000, exclusive="length", doc="new music per sample, in bars, ending "
+                               "at a bar line (a model on the metrical vocabulary)")
+    meter: str | None = setting(None, doc="the time signature of a new piece, such as 3/4 or 6/8 (metrical "
+                                "vocabulary; default: the model's choice)")
+    tempo: float | None = setting(None, ge=30, le=240, doc="quarter notes a minute of a new piece (metrical "
+                                  "vocabulary; default: the model's choice)")
+    key: str | None = setting(None, doc="the key to play in, such as 'D minor' or 'Eb major' (metrical vocabulary; "
+                              "an accompaniment's default is its melody's, an infill's the given music's)")
     temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
     top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only; 1 is greedy")
     top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: sample among the smallest set of tokens whose "
@@ -50,8 +60,15 @@ class SamplingConfig:
     def validate(self) -> SamplingConfig:
         """Check every setting once, before sampling: the decoding loop and its filters trust them."""
         validate(self)
-        if self.max_tokens is not None and self.seconds is not None:
-            raise SettingError("seconds", "and max_tokens are exclusive: give one length")
+        if sum(x is not None for x in (self.max_tokens, self.seconds, self.bars)) > 1:
+            raise SettingError("seconds", "max_tokens and bars are exclusive: give one length")
+        if self.meter is not None:
+            self.meter_fraction()
+        if self.key is not None:
+            try:
+                parse_key(self.key)
+            except ValueError as e:
+                raise SettingError("key", str(e)) from None
         if self.guidance != 1.0 and self.style is None:
             raise SettingError("guidance", "needs a style to guide towards (--style)")
         return self
@@ -63,7 +80,23 @@ class SamplingConfig:
             return self.max_tokens
         if self.seconds is not None:
             return int(self.seconds * 60) + 64
+        if self.bars is not None:
+            return self.bars * 96 + 64  # a dense chorale bar takes about 50 tokens
         return DEFAULT_MAX_TOKENS
+
+    def meter_fraction(self) -> tuple[int, int] | None:
+        """The `meter` setting as (numerator, denominator), checked against the signatures the
+        metrical vocabulary has."""
+        if self.meter is None:
+            return None
+        num, _, den = self.meter.partition("/")
+        if not (num.isdigit() and den.isdigit()) or (int(num), int(den)) not in METERS:
+            raise SettingError("meter", f"must be a time signature such as 4/4, 3/4 or 6/8 (numerator 1-16, "
+                               f"denominator 1, 2, 4, 8 or 16), got {self.meter!r}")
+        return int(num), int(den)
+
+    def key_index(self) -> int | None:
+        return None if self.key is None else parse_key(self.key)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

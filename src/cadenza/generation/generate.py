@@ -168,7 +168,7 @@ def sample(checkpoint: Checkpoint, cfg: SamplingConfig, prompt: Task | Prompt | 
     if cfg.seconds is not None and not tok.has_clock:
         raise ValueError(f"--seconds needs a tokenizer with a clock, and {tok.name} has none; use --max-tokens")
     if not isinstance(prompt, Prompt):
-        prompt = Prompt.encode(tok, prompt if prompt is not None else Continue(), cfg.style)
+        prompt = Prompt.encode(tok, prompt if prompt is not None else Continue(), cfg.style, cfg)
     dev = checkpoint.device
     t0 = time.time()
     limit, cap = note_limit(cfg, checkpoint), polyphony_limit(cfg, meta)

@@ -140,9 +140,11 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
         raise ValueError("guidance needs a model with styles")
     rows = torch.cat([prompts, _unconditioned(prompts, tokenizer)]) if guided else prompts
     # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
+    extra = {"plan": plan} if plan is not None else {}
+    if getattr(tokenizer, "has_bars", False) and cfg.constrained:  # lengths in bars, kept by the grammar
+        extra.update(bars=cfg.bars, seconds=cfg.seconds, fixed_meter=cfg.meter is not None or cfg.tempo is not None)
     grammar = tokenizer.grammar(b, device, cfg.constrained, cfg.max_polyphony or None, allow_eos=cfg.stop_at_eos,
-                                max_note_seconds=cfg.max_note_seconds or None,
-                                **({"plan": plan} if plan is not None else {}))
+                                max_note_seconds=cfg.max_note_seconds or None, **extra)
     grammar.observe(prompts)
     window = _Window(model, rows.shape[0], cfg.use_cache, slide if slide is not None else default_slide(model),
                      keep=len(tokenizer.window_prefix(None)), decoder=decoder)
@@ -152,7 +154,7 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
     seq = torch.full((rows.shape[0], t0 + budget), tokenizer.pad_id, dtype=torch.long, device=device)
     seq[:, :t0] = rows
     u = _uniforms(b, budget, device, generator, seeds).t().contiguous()  # u[step]: one per row
-    stop = _Stop(tokenizer, b, device, cfg.stop_at_eos, cfg.seconds)
+    stop = _Stop(tokenizer, b, device, cfg.stop_at_eos, cfg.seconds, grammar)
     draw = _Draw(b, cfg, decoder)
     n_new, n = t0, t0
     for step in range(budget):
@@ -221,16 +223,18 @@ def _unconditioned(prompts: torch.Tensor, tokenizer) -> torch.Tensor:
 
 
 class _Stop:
-    """Which rows are finished: an EOS, or (for tokenizers with a clock) enough seconds of music."""
+    """Which rows are finished: an EOS, or (for tokenizers with a clock) enough seconds of music, or
+    where the grammar keeps the length (bars), the length it says each row has reached."""
 
-    def __init__(self, tokenizer, b: int, device, at_eos: bool, seconds: float | None):
+    def __init__(self, tokenizer, b: int, device, at_eos: bool, seconds: float | None, grammar=None):
         self.eos, self.at_eos, self.seconds = tokenizer.eos_id, at_eos, seconds
+        self.grammar = grammar if getattr(grammar, "has_length", False) else None
         self.done = torch.zeros(b, dtype=torch.bool, device=device)
         exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
         self.clock = torch.zeros(b, dtype=exact, device=device)
-        secs = tokenizer.token_seconds() if seconds is not None else None
+        secs = tokenizer.token_seconds() if seconds is not None and self.grammar is None else None
         self.secs = torch.as_tensor(secs, dtype=exact, device=device) if secs is not None else None
-        self.can_stop = at_eos or self.secs is not None  # else no row ever finishes early
+        self.can_stop = at_eos or self.secs is not None or self.grammar is not None  # else no row finishes early
 
     def update(self, nxt: torch.Tensor) -> bool:
         """Take in the tokens just drawn; True when every row is finished."""
@@ -239,4 +243,6 @@ class _Stop:
         if self.secs is not None:
             self.clock += self.secs[nxt]
             self.done |= self.clock >= self.seconds - 1e-9
-        return (self.at_eos or self.seconds is not None) and bool(self.done.all())
+        if self.grammar is not None:
+            self.done |= self.grammar.finished()
+        return self.can_stop and bool(self.done.all())

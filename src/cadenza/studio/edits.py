@@ -16,8 +16,8 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException
 
 from cadenza.data import anticipation
-from cadenza.data.anticipation import notes_at
 from cadenza.data.midi import Notes
+from cadenza.data.requests import notes_at
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.prompt import Accompany, Infill, Prompt
 from cadenza.studio.contract import JobOut, errors, refuse

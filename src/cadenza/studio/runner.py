@@ -74,7 +74,7 @@ class Runner:
         checkpoint = self.registry.load(job.model)
         cfg = SamplingConfig.from_dict(job.settings)
         # the stream decodes with its tokenizer and primer as tokens arrive
-        prompt = Prompt.encode(checkpoint.tokenizer, job.task or Continue(), cfg.style)
+        prompt = Prompt.encode(checkpoint.tokenizer, job.task or Continue(), cfg.style, cfg)
         stream = _Stream(job, prompt)
         # A job never waits for a compiler: it uses a compiled step only once `warm_up` has built it.
         gen = sample(checkpoint, cfg, prompt, on_tokens=stream, build_compiled=False)

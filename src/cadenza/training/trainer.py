@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from cadenza.atomic import output_folder, remove_leftovers
-from cadenza.data.statistics import polyphony_stats
+from cadenza.data.statistics import store_statistics
 from cadenza.env.device import DistInfo, autocast, cleanup_distributed, enable_tf32, setup_distributed
 from cadenza.env.doctor import doctor_summary
 from cadenza.env.record import command_line
@@ -137,7 +137,7 @@ def _saved_data_path(out: Path) -> str:
 def _run_meta(s: Session, data, command: str | None) -> dict[str, Any]:
     return {"command": command or command_line(), "data": str(data), "data_fingerprint": s.store.fingerprint,
             "tokenizer": s.tok.to_dict(), "note_seconds": s.store.manifest.get("note_seconds"),
-            "polyphony": polyphony_stats(s.store), "init": s.cfg.train.init,
+            **store_statistics(s.store), "init": s.cfg.train.init,
             "environment": doctor_summary(),
             "parameters": count_parameters(s.raw), "precision": s.precision, "device": str(s.device),
             "world_size": s.dist.world_size}

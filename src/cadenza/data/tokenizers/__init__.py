@@ -20,6 +20,7 @@ from cadenza.data.tokenizers.base import (
     check_style_names,
 )
 from cadenza.data.tokenizers.frames import FrameTokenizer
+from cadenza.data.tokenizers.metrical import MetricalTokenizer
 from cadenza.data.tokenizers.notes import NoteTokenizer
 from cadenza.data.tokenizers.performance import PerformanceTokenizer
 from cadenza.data.tokenizers.satb import SATBTokenizer
@@ -28,6 +29,7 @@ __all__ = [
     "DecodeReport",
     "Encoded",
     "FrameTokenizer",
+    "MetricalTokenizer",
     "NoteTokenizer",
     "PerformanceTokenizer",
     "SATBTokenizer",
@@ -42,15 +44,15 @@ __all__ = [
 
 
 def get_tokenizer(name: str = "performance", **params) -> Tokenizer:
-    """Build a tokenizer by name: "performance", "notes", or "miditok:REMI" / "miditok:TSD" / ... ."""
+    """Build a tokenizer by name: "performance", "notes", "metrical", or "miditok:REMI" / ... ."""
     if name.startswith("miditok"):
         # lazy: needs the optional MidiTok package
         from cadenza.data.tokenizers.miditok_adapter import MidiTokTokenizer
 
         _, _, kind = name.partition(":")
         return MidiTokTokenizer(kind or "REMI", **params)
-    builtin = {"performance": PerformanceTokenizer, "notes": NoteTokenizer, "frames": FrameTokenizer,
-               "satb": SATBTokenizer}
+    builtin = {"performance": PerformanceTokenizer, "notes": NoteTokenizer, "metrical": MetricalTokenizer,
+               "frames": FrameTokenizer, "satb": SATBTokenizer}
     if name in builtin:
         return builtin[name](**params)
     raise TokenizerError(f"unknown tokenizer {name!r}; use one of {', '.join(builtin)} or "

@@ -146,12 +146,23 @@ class Tokenizer(ABC):
     note_lengths_at_onset: ClassVar[bool] = False  # a note's length is written where it starts: none to forget
     window_params: ClassVar[tuple[str, ...]] = ()  # params that shape training windows, never a stored piece
 
-    def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
+    def previews(self, task: str) -> bool:
+        """Whether windows of `task` show given notes ahead of where they sound (a metrical
+        vocabulary with lookahead)."""
+        return False
+
+    def window_prefix(self, style: str | None = None, task: str | bool = "autoregress",
+                      key: int | None = None) -> list[int]:
         """The tokens every window starts with, and a window past the context keeps: the style
-        token (styled tokenizers), then the task flag (tokenizers that anticipate)."""
-        if anticipate:
+        token (styled tokenizers), then what `task_prefix` says of the task (tokenizers that
+        anticipate: "autoregress", "infill" or "accompany"; True is "infill") and the key."""
+        return self.style_prefix(style) + self.task_prefix(task, key)
+
+    def task_prefix(self, task: str | bool = "autoregress", key: int | None = None) -> list[int]:
+        """What a window says of its task and key after its style token: nothing here."""
+        if task not in ("autoregress", False):
             raise TokenizerError(f"the {self.name} vocabulary has no controls: it cannot infill or accompany")
-        return self.style_prefix(style)
+        return []
 
     # ---- what the sampler asks -----------------------------------------------------------------
     @property
@@ -365,6 +376,17 @@ class Styled(Tokenizer):
     def encode_primer(self, source, seconds: float | None = None) -> np.ndarray:
         return self.base.encode_primer(source, seconds)
 
+    def seconds(self, ids) -> float | None:
+        return self.base.seconds(self._without_styles(ids)[0])
+
+    def task_prefix(self, task: str | bool = "autoregress", key: int | None = None) -> list[int]:
+        return self.base.task_prefix(task, key)
+
+    def previews(self, task: str) -> bool:
+        return self.base.previews(task)
+
+    has_clock = property(lambda self: self.base.has_clock)
+
     def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
                 allow_eos: bool = True, max_note_seconds: float | None = None, **plan):
         # The base's grammar, built on this tokenizer: its mask spans the style ids too, and never
@@ -372,8 +394,9 @@ class Styled(Tokenizer):
         return type(self.base).grammar(self, batch, device, constrained, max_polyphony, allow_eos, max_note_seconds,
                                        **plan)
 
-    def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
-        return self.style_prefix(style) + self.base.window_prefix(None, anticipate)
+    def window_prefix(self, style: str | None = None, task: str | bool = "autoregress",
+                      key: int | None = None) -> list[int]:
+        return self.style_prefix(style) + self.base.task_prefix(task, key)
 
     # what `Tokenizer` defines for every tokenizer must still be the base's (`__getattr__` only sees
     # names the class does not have)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from cadenza.data.tokenizers.grammar import SpecialsOnly
-from cadenza.data.tokenizers.note_grid import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes, Plan
+from cadenza.data.tokenizers.note_grid import NUM_INSTRUMENTS, NUM_PITCHES, GridNotes, Plan
 
 FREE, AFTER_VELOCITY, AFTER_INSTRUMENT, AFTER_NOTE = 0, 1, 2, 3
 VOICES = NUM_INSTRUMENTS * NUM_PITCHES
@@ -41,6 +41,7 @@ class NoteGrammar(SpecialsOnly):
         self.device = device
         self.max_polyphony = max_polyphony
         self.max_steps = None if max_note_seconds is None else max(1, round(max_note_seconds * tok.steps_per_second))
+        self.lengths = tok.lengths  # the duration grid, in steps
         z = torch.zeros(batch, dtype=torch.long, device=device)
         self.clock = z.clone()  # observing ANTICIPATE sets it to -lead
         self.phase = z.clone()
@@ -63,17 +64,17 @@ class NoteGrammar(SpecialsOnly):
         """Per (phase, token id), flattened: what observing the token does to the state, so a step
         is two row lookups and a few selects."""
         ids = torch.arange(tok.vocab_size)
-        is_shift = ids < tok.note_offset
+        is_shift = ids < tok.max_shift_steps  # a vocabulary on a metrical grid has none (its clock is set, not summed)
         is_note = (ids >= tok.note_offset) & (ids < tok.control_offset)
         is_control = (ids >= tok.control_offset) & (ids < tok.duration_offset)
         is_duration = (ids >= tok.duration_offset) & (ids < tok.velocity_offset)
         is_velocity = (ids >= tok.velocity_offset) & (ids < tok.instrument_offset)
         is_instrument = (ids >= tok.instrument_offset) & (ids < tok.pad_id)
-        self.durations = torch.as_tensor(DURATIONS, device=device)
-        lengths = torch.as_tensor(DURATIONS)
+        self.durations = torch.as_tensor(self.lengths, device=device)
+        lengths = torch.as_tensor(self.lengths)
         value = torch.where(is_shift, ids + 1, 0)
         value = torch.where(is_note | is_control, (ids - tok.note_offset) % NUM_PITCHES, value)
-        value = torch.where(is_duration, lengths[(ids - tok.duration_offset).clamp(0, DURATIONS.size - 1)], value)
+        value = torch.where(is_duration, lengths[(ids - tok.duration_offset).clamp(0, self.lengths.size - 1)], value)
         value = torch.where(is_instrument, ids - tok.instrument_offset, value)
         phase = torch.arange(4)[:, None]  # the phase before the token
         after = torch.where(is_velocity, AFTER_VELOCITY, phase)  # kinds are disjoint: order does not matter
@@ -104,9 +105,9 @@ class NoteGrammar(SpecialsOnly):
         free = phase == FREE
         room = room.bool() & free
         named = (phase == AFTER_VELOCITY) | (phase == AFTER_INSTRUMENT)
-        fits = torch.ones(DURATIONS.size, dtype=torch.bool)
+        fits = torch.ones(self.lengths.size, dtype=torch.bool)
         if self.max_steps is not None:
-            fits = torch.as_tensor(DURATIONS) <= self.max_steps
+            fits = torch.as_tensor(self.lengths) <= self.max_steps
             fits[0] = True  # the shortest always fits
         m = torch.zeros(16, tok.vocab_size, dtype=torch.bool)
         m[:, :tok.max_shift_steps] = free[:, None]
@@ -129,14 +130,20 @@ class NoteGrammar(SpecialsOnly):
         self.c_pitch = torch.as_tensor(c.pitch, device=device)
         rest = c.take(slice(plan.placed, None))
         state = int(c.program[plan.placed - 1]) if plan.placed else -1  # the controls' instrument so far
-        ids = tok.encode_grid(GridNotes.empty(), rest, clock=int(rest.onset.min(initial=lead)) - lead,
-                              state=(-1, state, -1))
-        ids = ids[ids >= tok.note_offset]
+        ids = self._control_tokens(rest, state)
         ends = np.flatnonzero((ids >= tok.duration_offset) & (ids < tok.velocity_offset)) + 1
         self.forced = torch.as_tensor(np.append(ids, tok.pad_id), device=device)
         self.f_start = torch.as_tensor(np.concatenate(([0], ends)), device=device)
         self.f_key = torch.as_tensor(np.append(rest.onset - lead, NEVER), device=device)
         self.n_rest = len(rest)
+
+    def _control_tokens(self, rest: GridNotes, state: int) -> np.ndarray:
+        """The tokens of the controls `rest`, the controls' instrument so far being `state`, without
+        the time tokens between them (which the model samples)."""
+        tok = self.tok
+        ids = tok.encode_grid(GridNotes.empty(), rest, clock=int(rest.onset.min(initial=tok.lead)) - tok.lead,
+                              state=(-1, state, -1))
+        return ids[ids >= tok.note_offset]
 
     # ---- state -------------------------------------------------------------------------------
     def observe(self, ids: torch.Tensor) -> None:
@@ -160,6 +167,9 @@ class NoteGrammar(SpecialsOnly):
             placed = duration & forcing
             self.next_control = self.next_control + placed.long()
             self.forced_at = torch.where(placed, -1, torch.where(forcing, self.forced_at + 1, self.forced_at))
+        quiet = self._quiet(x)
+        if quiet is not None:  # a token that states no event of the model's
+            ends = ends & ~quiet
         rows = torch.nonzero(ends).flatten()  # an event's length: its voice's release
         if rows.numel():
             self.release[rows, self.voice[rows]] = self.clock[rows] + v[rows]
@@ -167,12 +177,16 @@ class NoteGrammar(SpecialsOnly):
             self.events = self.events + ends.long()
         self.phase = after
 
+    def _quiet(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Rows whose token `x` is not part of the music (a preview of given notes), or None."""
+        return None
+
     # ---- masks --------------------------------------------------------------------------------
     def allowed(self) -> torch.Tensor:
         if self.n_rest:
             j = self.next_control.clamp(max=self.n_rest)
             key = self.f_key[j]
-            due = (self.phase == FREE) & (self.forced_at < 0) & (self.clock >= key)
+            due = (self.phase == FREE) & (self.forced_at < 0) & self._reached(key)
             self.forced_at = torch.where(due, self.f_start[j], self.forced_at)
         silent, count = self._sounding()
         state = torch.add(self._event_room(count), self.phase, alpha=2)
@@ -182,17 +196,25 @@ class NoteGrammar(SpecialsOnly):
             m = self.gates_placed[state]
         tok = self.tok
         m.narrow(1, tok.note_offset, NUM_PITCHES).logical_and_(silent)  # narrow: no copy back as `m[...] &=`
-        if self.n_rest:  # shifts up to the next control's place
-            cap = (key - self.clock).clamp(min=0, max=tok.max_shift_steps)
-            m.narrow(1, 0, tok.max_shift_steps).logical_and_(self.shift_steps[None] <= cap[:, None])
+        self._mask_time(m, key if self.n_rest else None)
         if self.c_onset.numel():
-            m.narrow(1, tok.duration_offset, DURATIONS.size).logical_and_(self._lengths())
+            m.narrow(1, tok.duration_offset, self.lengths.size).logical_and_(self._lengths())
         if self.n_rest:
             forcing = torch.nonzero(self.forced_at >= 0).flatten()
             if forcing.numel():
                 m[forcing] = False
                 m[forcing, self.forced[self.forced_at[forcing]]] = True
         return m
+
+    def _reached(self, key: torch.Tensor) -> torch.Tensor:
+        """Rows whose clock has reached the place of their next control (`key`)."""
+        return self.clock >= key
+
+    def _mask_time(self, m: torch.Tensor, key: torch.Tensor | None) -> None:
+        """Narrow the time tokens of `m`: shifts only up to the next control's place (`key`)."""
+        if key is not None:
+            cap = (key - self.clock).clamp(min=0, max=self.tok.max_shift_steps)
+            m.narrow(1, 0, self.tok.max_shift_steps).logical_and_(self.shift_steps[None] <= cap[:, None])
 
     def _sounding(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, 128): the silent pitches of the instrument each row's next note would play, and

@@ -40,13 +40,22 @@ from typing import Any
 
 import numpy as np
 
-from cadenza.data.midi import Notes, run_max
+from cadenza.data.midi import Notes
 from cadenza.data.tokenizers.base import DecodeReport, Encoded, NoteDecoding, Tokenizer, TokenizerError
 from cadenza.data.tokenizers.grid import GridDecodeReport
-from cadenza.data.tokenizers.note_grid import DURATIONS, NUM_INSTRUMENTS, NUM_PITCHES, GridNotes
+from cadenza.data.tokenizers.note_grid import (
+    DURATIONS,
+    NUM_INSTRUMENTS,
+    NUM_PITCHES,
+    GridNotes,
+    NoteIds,
+    changes,
+    nearest_index,
+    on_grid,
+)
 
 
-class NoteTokenizer(NoteDecoding, Tokenizer):
+class NoteTokenizer(NoteIds, NoteDecoding, Tokenizer):
     """Onset-ordered notes with durations, instruments, velocities and anticipated controls.
 
     >>> tok = NoteTokenizer()
@@ -70,6 +79,7 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
         self.lead = round(self.anticipation * self.steps_per_second)  # anticipation, in steps
         self.velocity_bins = int(velocity_bins)
         self.sustain = bool(sustain)
+        self.lengths = DURATIONS  # the duration grid, in steps
         self.note_offset = self.max_shift_steps
         self.control_offset = self.note_offset + NUM_PITCHES
         self.duration_offset = self.control_offset + NUM_PITCHES
@@ -79,7 +89,6 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
         self.bos_id, self.eos_id = self.pad_id + 1, self.pad_id + 2
         self.autoregress_id, self.anticipate_id = self.pad_id + 3, self.pad_id + 4
         self.vocab_size = self.pad_id + 5
-        self._bin_size = -(-127 // self.velocity_bins)
 
     def params(self) -> dict[str, Any]:
         return {"anticipation": self.anticipation, "velocity_bins": self.velocity_bins, "sustain": self.sustain}
@@ -90,32 +99,12 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
             raise TokenizerError(f"a shift is 1..{self.max_shift_steps} steps, got {steps}")
         return steps - 1
 
-    def note(self, pitch: int) -> int:
-        return self.note_offset + pitch
+    def task_id(self, task: str | bool) -> int:
+        """AUTOREGRESS, or ANTICIPATE for a window with given notes (an infill or an accompaniment)."""
+        return self.autoregress_id if task in ("autoregress", False) else self.anticipate_id
 
-    def control_note(self, pitch: int) -> int:
-        return self.control_offset + pitch
-
-    def duration(self, index: int) -> int:
-        return self.duration_offset + index
-
-    def velocity(self, bin_: int) -> int:
-        return self.velocity_offset + bin_ - 1
-
-    def instrument(self, program: int) -> int:
-        return self.instrument_offset + program
-
-    def velocity_to_bin(self, velocity):
-        return (np.asarray(velocity, np.int64) - 1) * self.velocity_bins // 127 + 1
-
-    def bin_to_velocity(self, bin_):
-        return 1 + (np.asarray(bin_, np.int64) - 1) * self._bin_size
-
-    def task_id(self, anticipate: bool) -> int:
-        return self.anticipate_id if anticipate else self.autoregress_id
-
-    def window_prefix(self, style: str | None = None, anticipate: bool = False) -> list[int]:
-        return self.style_prefix(style) + [self.task_id(anticipate)]
+    def task_prefix(self, task: str | bool = "autoregress", key: int | None = None) -> list[int]:
+        return [self.task_id(task)]  # no key tokens
 
     @property
     def special_ids(self) -> tuple[int, ...]:
@@ -136,36 +125,12 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
 
     # ---- the grid --------------------------------------------------------------------------------
     def quantize(self, notes: Notes) -> tuple[GridNotes, dict[str, int]]:
-        """`Notes` on the grid. Onsets round to the nearest step; durations to the nearest grid
-        value (at least one step, at most 10 s); two onsets of one instrument and pitch on one step
-        become one note (the longest); a note never outlasts the next onset of its instrument and
-        pitch (its duration is then the longest grid value that fits)."""
+        """`Notes` on the grid (`note_grid.on_grid`): onsets round to the nearest step, durations to
+        the nearest grid value (at most 10 s)."""
         sps = self.steps_per_second
         onset = np.floor(notes.start * sps + 0.5).astype(np.int64)
-        want = np.maximum(np.floor((notes.end - notes.start) * sps + 0.5).astype(np.int64), 1)
-        clipped = int(np.count_nonzero(want > DURATIONS[-1]))
-        program = notes.programs
-        # `Notes` are ordered by (program, pitch, onset) and rounding keeps that order: no sort.
-        voice = program * NUM_PITCHES + notes.pitch
-        same = voice[1:] == voice[:-1]
-        twin = same & (onset[1:] == onset[:-1])
-        merged = int(np.count_nonzero(twin))
-        if merged:  # of onsets that met on one step, one note, as long as the longest
-            want = run_max(want, twin)
-            keep = np.append(~twin, True)
-            onset, want, program, voice = onset[keep], want[keep], program[keep], voice[keep]
-            notes = notes.take(keep)
-            same = voice[1:] == voice[:-1]
-        duration = NEAREST_DURATION[np.minimum(want, DURATIONS[-1])]
-        room = np.where(same, onset[1:] - onset[:-1], DURATIONS[-1])
-        over = np.append(DURATIONS[duration[:-1]] > room, False)
-        cut = int(np.count_nonzero(over))
-        if cut:
-            duration[over] = np.searchsorted(DURATIONS, room[over[:-1]], side="right") - 1
-        order = np.argsort((onset << 16) | voice)  # onset order, then program, then pitch
-        velocity = (notes.velocity[order] - 1) * self.velocity_bins // 127 + 1  # velocity_to_bin, inlined
-        g = GridNotes(onset[order], duration[order], program[order], notes.pitch[order], velocity)
-        return g, {"grid_merged": merged, "grid_truncated": cut, "long_notes_cut": clipped}
+        want = np.floor((notes.end - notes.start) * sps + 0.5).astype(np.int64)
+        return on_grid(notes, onset, want, DURATIONS, NEAREST_DURATION, self.velocity_bins)
 
     def to_grid_notes(self, g: GridNotes, default_velocity: int = 80) -> Notes:
         """Seconds again: `Notes` with programs (velocity `default_velocity` where the bin is 0)."""
@@ -212,12 +177,12 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
         gap[0] = key[0] - clock
         np.subtract(key[1:], key[:-1], out=gap[1:])
         n_shift = -(-gap // self.max_shift_steps)
-        new_instrument = _changes(program, is_event, state[0], state[1])
+        new_instrument = changes(program, is_event, state[0], state[1])
         if is_event is None:
-            new_velocity = _changes(velocity, None, state[2], -1)
+            new_velocity = changes(velocity, None, state[2], -1)
         else:
             new_velocity = np.zeros(key.size, bool)
-            new_velocity[is_event] = _changes(velocity[is_event], None, state[2], -1)
+            new_velocity[is_event] = changes(velocity[is_event], None, state[2], -1)
         counts = n_shift + new_velocity + new_instrument + 2
         ends = np.cumsum(counts)
         out = np.empty(int(ends[-1]), np.int64)
@@ -228,6 +193,25 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
         out[(ends - 3 - new_instrument)[new_velocity]] = self.velocity_offset + velocity[new_velocity] - 1
         _write_shifts(out, ends - counts, gap, n_shift, self.max_shift_steps)
         return out
+
+    def steps_at(self, notes: Notes, seconds) -> np.ndarray:
+        """The grid step of times in `seconds` (of `notes`), as onsets are quantised."""
+        return np.floor(np.asarray(seconds, np.float64) * self.steps_per_second + 0.5).astype(np.int64)
+
+    def encode_prompt(self, prefix: GridNotes, placed: GridNotes, anticipate: bool, previews=None) -> np.ndarray:
+        """An infill's or an accompaniment's prompt: the music before it and the controls placed
+        in it, on a clock that starts `anticipation` early when there are controls."""
+        return self.encode_grid(prefix, placed, clock=-self.lead if anticipate else 0)
+
+    def span_tokens(self, clock: int, stop: int) -> tuple[float, int]:
+        """(seconds, a token budget) for new music from step `clock` to step `stop`."""
+        seconds = (stop - clock) / self.steps_per_second
+        return seconds, int(seconds * 60) + 64
+
+    def encode_window(self, events: GridNotes, controls: GridNotes | None, at_end: bool,
+                      task: str = "autoregress") -> np.ndarray:
+        """A training window's notes: with controls, on a clock that starts `anticipation` early."""
+        return self.encode_grid(events) if controls is None else self.encode_grid(events, controls, clock=-self.lead)
 
     # ---- decoding ------------------------------------------------------------------------------
     def decode_grid(self, ids, clock: int | None = None) -> tuple[GridNotes, GridNotes, DecodeReport]:
@@ -295,30 +279,7 @@ class NoteTokenizer(NoteDecoding, Tokenizer):
     pitch_bounds = (0, 127)
 
 
-def _nearest_index(grid: np.ndarray) -> np.ndarray:
-    """A table from a length in steps (0 .. the longest) to the index of the nearest grid value
-    (ties to the longer): quantising a note is then one lookup."""
-    steps = np.arange(grid[-1] + 1)
-    hi = np.clip(np.searchsorted(grid, steps), 1, grid.size - 1)
-    return np.where(steps - grid[hi - 1] < grid[hi] - steps, hi - 1, hi)
-
-
-NEAREST_DURATION = _nearest_index(DURATIONS)
-
-
-def _changes(values: np.ndarray, is_event: np.ndarray | None, event_state: int, control_state: int) -> np.ndarray:
-    """Whether each item's value differs from the previous item's of its own kind (events and
-    controls are separate streams, each starting from its state; `is_event` None: all events)."""
-    if is_event is None or is_event.all():
-        out = np.empty(values.size, bool)
-        out[:1] = values[:1] != event_state
-        np.not_equal(values[1:], values[:-1], out=out[1:])
-        return out
-    out = np.zeros(values.size, bool)
-    for kind, state in ((True, event_state), (False, control_state)):
-        idx = np.flatnonzero(is_event == kind)
-        out[idx] = _changes(values[idx], None, state, -1)
-    return out
+NEAREST_DURATION = nearest_index(DURATIONS)
 
 
 def _write_shifts(out: np.ndarray, first: np.ndarray, gap: np.ndarray, n_shift: np.ndarray, m: int) -> None:

@@ -1,0 +1,63 @@
+"""Accompaniment of held-out melodies: does a model write to the notes it is given?
+
+    python benchmarks/bench_accompany.py --checkpoint runs/pilot-c --data data/bach-metrical \
+        --pieces 32 --variations 0:1 -6:1 6:1 0:0.8 0:1.2 --out benchmarks/results/pilots/c.json
+
+For each of the first --pieces held-out pieces of --style (valid, then test), its melody is
+accompanied by the model in each variation (SEMITONES:FACTOR, FACTOR 1.2 is 20% slower), and
+measured (`cadenza.evaluation.harmony`): bass-melody consonance, notes starting with two others,
+the key, beside the real pieces; and teacher-forced, how much likelier the real lower voices are
+with the melody given. --data is a store of the same pieces in the checkpoint's vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    from _record import write_result
+
+    from cadenza.data.store import TokenStore
+    from cadenza.evaluation.accompaniment import AccompanyConfig, Variation, accompany_report
+    from cadenza.models import checkpoint as ckpt
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True, help="a run, a checkpoint or a shipped model's name")
+    ap.add_argument("--data", required=True, help="a store of the held-out pieces in the model's vocabulary")
+    ap.add_argument("--style", default="bach")
+    ap.add_argument("--pieces", type=int, default=32)
+    ap.add_argument("--variations", nargs="+", default=["0:1"], help="SEMITONES:FACTOR each")
+    ap.add_argument("--no-key", action="store_true", help="give a model with KEY tokens no key")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--label", help="what this run is (recorded)")
+    ap.add_argument("--out", help="result JSON")
+    a = ap.parse_args(argv)
+    variations = [Variation(int(v.split(":")[0]), float(v.split(":")[1])) for v in a.variations]
+    loaded = ckpt.load(a.checkpoint, "cpu")
+    store = TokenStore(a.data)
+    if not store.tokenizer.same_as(loaded.meta["tokenizer"], ids_only=True):
+        raise SystemExit(f"{a.data} was tokenized differently from {a.checkpoint}'s training data")
+    cfg = AccompanyConfig(a.style, a.pieces, variations, a.seed, not a.no_compile, not a.no_key, a.temperature)
+    t0 = time.perf_counter()
+    report = accompany_report(loaded, store, cfg, progress=lambda i, n: print(f"\r{i}/{n} pieces", end="",
+                                                                              file=sys.stderr))
+    gen, real, gain = report["generated"], report["real"], report["melody_gain"]
+    print(f"\n{a.checkpoint}: {report['accompaniments']} accompaniments of {report['pieces']} melodies, "
+          f"{report['melody_returned']} returned note for note")
+    for k in gen:
+        print(f"  {k:<13} generated {gen[k]:.3f}   real {real[k]:.3f}")
+    print(f"  melody gain   {gain['gain']:+.3f} nats a note ({gain['without_melody']:.3f} without, "
+          f"{gain['with_melody']:.3f} with)")
+    write_result(a.out, {"benchmark": "accompany", "label": a.label, "checkpoint": a.checkpoint,
+                         "step": loaded.step, "tokenizer": loaded.tokenizer.name, "data": a.data,
+                         "seconds": time.perf_counter() - t0, **report})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
