@@ -146,3 +146,21 @@ def test_an_accompaniment_request_gives_the_top_line():
     assert r.stop == int(r.plan.controls.end.max()) and r.plan.events_from == 0
     with pytest.raises(ValueError, match="no melody"):
         accompany_request(tok, Notes.from_arrays([0.0], [1.0], [36], [90], [DRUMS]))
+
+
+def test_a_transposed_window_stays_inside_its_styles_range(store):
+    # transpose_range = "data" on notes: no window leaves the pitch range its style has in training
+    from cadenza.data.statistics import pitch_ranges
+
+    ranges = pitch_ranges(store)
+    lo, hi = ranges["test"]
+    narrow = {"test": (lo - 2, hi + 2)}
+    moved = AnticipationWindows(store, "train", 256, seed=0, tokenizer=tok, transpose=12, pitch_ranges=narrow)
+    outside = 0
+    for i in range(80):
+        events, controls, _ = tok.decode_grid(moved[i].numpy())
+        pitch = np.concatenate([events.pitch, controls.pitch])
+        if pitch.size:
+            assert pitch.min() >= lo - 2 and pitch.max() <= hi + 2
+            outside += pitch.min() < lo or pitch.max() > hi
+    assert outside  # some windows moved past the pieces' own range, none past the one allowed

@@ -158,3 +158,24 @@ def test_every_real_window_passes_the_masks(task, lookahead):
         assert t.ahead_id in ids.tolist()
     events, decoded, _ = t.decode_grid(ids)
     assert np.array_equal(decoded.onset, controls.onset) and np.array_equal(decoded.pitch, controls.pitch)
+
+
+def test_metrical_samples_keep_to_their_programs_and_bars():
+    styled = tok.with_styles(["a"])
+    g = styled.grammar(8, "cpu", max_polyphony=6, programs=[19], bars=3, allow_eos=True)
+    g.observe(torch.tensor([styled.window_prefix("a") + [tok.bos_id]] * 8))
+    gen, rows, done = torch.Generator().manual_seed(3), [[] for _ in range(8)], torch.zeros(8, dtype=torch.bool)
+    for _ in range(400):
+        x = torch.multinomial(g.allowed().float(), 1, generator=gen)[:, 0]
+        g.observe(x[:, None])
+        for r in range(8):
+            if not done[r]:
+                rows[r].append(int(x[r]))
+        done |= g.finished()
+        if done.all():
+            break
+    assert done.all()  # each row reached its third bar's closing line
+    for row in rows:
+        assert row.count(tok.bar_id) == 4 and row[-1] == tok.bar_id  # three bars and the line that closes them
+        events, _, _ = tok.decode_grid(row)
+        assert set(events.program.tolist()) <= {19}

@@ -52,3 +52,12 @@ def test_eos_ends_only_a_whole_note():
             _, _, report = base.decode_grid([base.autoregress_id] + row[:row.index(tok.eos_id)])
             assert report.repairs == 0
     assert ended  # with 718 ids and one EOS, some of 8 rows of 400 draw it
+
+
+@pytest.mark.parametrize("programs", [[0], [40, 42], [128]])
+def test_samples_keep_to_the_programs_asked_for(programs):
+    # a style's samples use its own instruments: no note on a program it was not asked for, even
+    # before any INSTRUMENT token (the events' program starts at 0, which [40, 42] leaves out)
+    for row in draw(8, 600, seed=1, programs=programs, allow_eos=False):
+        events, _, _ = base.decode_grid([base.autoregress_id] + row)
+        assert len(events) and set(events.program.tolist()) <= set(programs)

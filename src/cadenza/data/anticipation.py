@@ -168,8 +168,11 @@ class AnticipationWindows(WindowDataset):
     read from the store as notes, and every window is built by `TaskMix` as the module says.
     Augmentation transposes pitches (never drums) and stretches time, on the notes."""
 
-    def __init__(self, *args, tasks: TaskMix | None = None, **kwargs):
+    def __init__(self, *args, tasks: TaskMix | None = None, pitch_ranges: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        # augmentation acts on the notes here, whether or not the tokenizer can move its ids
+        self.transpose, self.stretch = int(kwargs.get("transpose", 0)), float(kwargs.get("stretch", 0.0))
+        self.pitch_ranges = pitch_ranges or {}  # style -> (lowest, highest) pitch a transposition keeps to
         self.tasks = tasks or TaskMix()
         self.p = self.tasks.probabilities()
         self.keys = bool(getattr(self.tok, "has_keys", False))  # a vocabulary with KEY tokens
@@ -192,7 +195,7 @@ class AnticipationWindows(WindowDataset):
         origin = window_origin(g, start)
         first = int(np.searchsorted(g.onset, origin))
         window = g.take(slice(first, first + need))  # a note takes 2 tokens or more: enough
-        window = self._augment(window.shifted(-origin), rng)
+        window = self._augment(window.shifted(-origin), rng, self.pitch_ranges.get(self.pieces[k].style, (0, 127)))
         task = TASKS[int(rng.choice(len(TASKS), p=self.p))]
         reach = horizon(self.tok, window, need) if task != "autoregress" else None
         given, task = choose_controls(window, task, rng, reach)
@@ -221,14 +224,16 @@ class AnticipationWindows(WindowDataset):
         pitched = heard.program != DRUMS
         return estimate_key(heard.pitch[pitched], (heard.end - heard.onset)[pitched])
 
-    def _augment(self, g: GridNotes, rng: np.random.Generator) -> GridNotes:
+    def _augment(self, g: GridNotes, rng: np.random.Generator, bounds: tuple[int, int] = (0, 127)) -> GridNotes:
+        """Time stretched by up to `stretch`, pitches moved by up to `transpose` semitones within
+        `bounds` (the style's range in the training data, with `transpose_range = "data"`)."""
         if self.stretch and len(g):
             factor = rng.uniform(1 - self.stretch, 1 + self.stretch)
             g = stretched(g, factor)
         pitched = g.program != DRUMS
         if self.transpose and pitched.any():
-            lo = max(-self.transpose, -int(g.pitch[pitched].min()))
-            hi = min(self.transpose, 127 - int(g.pitch[pitched].max()))
+            lo = max(-self.transpose, bounds[0] - int(g.pitch[pitched].min()))
+            hi = min(self.transpose, bounds[1] - int(g.pitch[pitched].max()))
             shift = int(rng.integers(lo, hi + 1)) if hi >= lo else 0
             g = g._with(g.onset, g.duration, g.program, np.where(pitched, g.pitch + shift, g.pitch), g.velocity)
         return g

@@ -71,3 +71,16 @@ def _percentiles(counts: dict, percentile: float) -> dict[str, Any] | None:
         return None
     styles = {s: v for s, a in counts.items() if s is not None and (v := q(a)) is not None}
     return {"percentile": percentile, "all": overall, "styles": styles}
+
+
+def pitch_ranges(store, split: str = "train") -> dict[str | None, tuple[int, int]]:
+    """Each style's lowest and highest pitch (drums aside) over `split`: where a transposition of
+    its windows may take them (a bass never below any bass of the style, a top line never above)."""
+    out: dict[str | None, tuple[int, int]] = {}
+    for p in store.split(split):
+        notes = store.tokenizer.to_notes(np.asarray(store[p.index]))
+        pitch = notes.pitch[notes.programs != 128]
+        if pitch.size:
+            lo, hi = out.get(p.style, (127, 0))
+            out[p.style] = (min(lo, int(pitch.min())), max(hi, int(pitch.max())))
+    return out

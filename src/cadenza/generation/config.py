@@ -38,6 +38,8 @@ class SamplingConfig:
                                   "vocabulary; default: the model's choice)")
     key: str | None = setting(None, doc="the key to play in, such as 'D minor' or 'Eb major' (metrical vocabulary; "
                               "an accompaniment's default is its melody's, an infill's the given music's)")
+    programs: str | None = setting(None, doc="General MIDI programs new notes may play, comma-separated, such as "
+                                   "0,40,42 (128: drums), or 'any' (default: those the style's pieces use)")
     temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
     top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only; 1 is greedy")
     top_p: float | None = setting(None, gt=0, le=1, doc="nucleus: sample among the smallest set of tokens whose "
@@ -64,6 +66,7 @@ class SamplingConfig:
             raise SettingError("seconds", "max_tokens and bars are exclusive: give one length")
         if self.meter is not None:
             self.meter_fraction()
+        self.program_list()
         if self.key is not None:
             try:
                 parse_key(self.key)
@@ -94,6 +97,19 @@ class SamplingConfig:
             raise SettingError("meter", f"must be a time signature such as 4/4, 3/4 or 6/8 (numerator 1-16, "
                                f"denominator 1, 2, 4, 8 or 16), got {self.meter!r}")
         return int(num), int(den)
+
+    def program_list(self) -> list[int] | None:
+        """The `programs` setting as a list (None: any program, or not set)."""
+        if self.programs is None or self.programs.strip() == "any":
+            return None
+        try:
+            out = sorted({int(x) for x in self.programs.split(",")})
+        except ValueError:
+            out = []
+        if not out or out[0] < 0 or out[-1] > 128:
+            raise SettingError("programs", f"must be 'any' or General MIDI programs 0-128, comma-separated, such as "
+                               f"0,40, got {self.programs!r}")
+        return out
 
     def key_index(self) -> int | None:
         return None if self.key is None else parse_key(self.key)

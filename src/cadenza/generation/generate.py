@@ -171,9 +171,9 @@ def sample(checkpoint: Checkpoint, cfg: SamplingConfig, prompt: Task | Prompt | 
         prompt = Prompt.encode(tok, prompt if prompt is not None else Continue(), cfg.style, cfg)
     dev = checkpoint.device
     t0 = time.time()
-    limit, cap = note_limit(cfg, checkpoint), polyphony_limit(cfg, meta)
+    limit, cap, programs = note_limit(cfg, checkpoint), polyphony_limit(cfg, meta), program_limit(cfg, meta)
     # the checkpoint's limits in place of the defaults, as the decoding loop applies them
-    limited = prompt.decoding(replace(cfg, max_note_seconds=limit, max_polyphony=cap))
+    limited = prompt.decoding(replace(cfg, max_note_seconds=limit, max_polyphony=cap, programs=programs))
     all_ids, compiled, setup = _sample(checkpoint.model, prompt, limited, dev, progress, on_tokens, build_compiled)
     elapsed = time.time() - t0
     scores, notes, stats = [], [], []
@@ -184,7 +184,7 @@ def sample(checkpoint: Checkpoint, cfg: SamplingConfig, prompt: Task | Prompt | 
         stats.append({"tokens": len(ids), "primer_tokens": len(prompt.primer), "notes": score.note_num(),
                       "seconds": tok.seconds(prompt.primer + ids), "repairs": report.as_dict()})
     run = {"checkpoint": checkpoint.path, "step": checkpoint.step, "data_fingerprint": meta.get("data_fingerprint"),
-           "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap,
+           "device": str(dev), "max_note_seconds": limit, "max_polyphony": cap, "programs": programs,
            "generation_seconds": elapsed, "compiled": compiled, "compile_seconds": setup,
            # decoding speed: a first run's build of the compiled step is not decoding
            "tokens_per_s": sum(len(i) for i in all_ids) / max(elapsed - setup, 1e-9)}
@@ -254,6 +254,17 @@ def polyphony_limit(cfg: SamplingConfig, meta: dict) -> int | None:
     stats = meta.get("polyphony") or {}
     by_style = stats.get("styles") or {}
     return by_style.get(cfg.style) if cfg.style in by_style else stats.get("all")
+
+
+def program_limit(cfg: SamplingConfig, meta: dict) -> str:
+    """The programs new notes may play: the setting, else those the requested style's training pieces
+    use (all the training data's without a style), as the checkpoint carries them; "any" where it
+    carries none (a model trained before they were recorded)."""
+    if cfg.programs is not None:
+        return cfg.programs
+    stats = meta.get("programs") or {}
+    used = (stats.get("styles") or {}).get(cfg.style) if cfg.style else stats.get("all")
+    return ",".join(map(str, used)) if used else "any"
 
 
 def _write(result: Generation, out: Path, render: bool) -> None:

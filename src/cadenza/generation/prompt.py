@@ -132,6 +132,14 @@ def _check_metrical(tok, task: Task, settings: SamplingConfig | None) -> int | N
     return settings.key_index()
 
 
+def at_tempo(notes: Notes, qpm: float) -> Notes:
+    """`notes` (with a meter of one tempo) on the same beats at `qpm` quarter notes a minute."""
+    m = notes.meter
+    exact = Meter((0.0,), (float(qpm),), m.signature_at, m.numerator, m.denominator)
+    start, end = (exact.seconds(m.quarters(t)) for t in (notes.start, notes.end))
+    return Notes.from_arrays(start, end, notes.pitch, notes.velocity, notes.programs, meter=exact)
+
+
 def describe(task: Task) -> dict[str, Any]:
     """A task as generation.json records it: its kind, its numbers and where its notes came from."""
     d: dict[str, Any] = {"task": type(task).__name__.lower(), "source": task.source,
@@ -158,6 +166,7 @@ class Prompt:
     ids: list[int]
     given: Notes
     request: Request | None = None
+    tempo: float | None = None  # the tempo a new piece was asked for, exactly (its TEMPO token is a bin)
 
     @classmethod
     def encode(cls, tok, task: Task, style: str | None = None, settings: SamplingConfig | None = None) -> Prompt:
@@ -169,10 +178,11 @@ class Prompt:
             given = tok.to_notes(primer) if primer else Notes.empty()
             if key is None and primer and getattr(tok, "has_keys", False):
                 key = key_of(given)
+            tempo = None
             if settings is not None and (settings.meter or settings.tempo):  # a new piece: its first bar line
-                primer = tok.header(settings.meter_fraction(), settings.tempo)
+                primer, tempo = tok.header(settings.meter_fraction(), settings.tempo), settings.tempo
             head = tok.window_prefix(style, "autoregress", key) + [tok.bos_id]
-            return cls(task, tok, primer, head + primer, given)
+            return cls(task, tok, primer, head + primer, given, tempo=tempo)
         what = "infill" if isinstance(task, Infill) else "accompany"
         if not tok.anticipates:
             raise ValueError(f"this model cannot {what}: its {tok.name} vocabulary has no given notes; use a model "
@@ -206,7 +216,10 @@ class Prompt:
         if r is None:
             full = self.primer + ids
             score, report = tok.decode(full)
-            return score, tok.to_notes(full), report
+            if self.tempo is None:
+                return score, tok.to_notes(full), report
+            notes = at_tempo(tok.to_notes(full), self.tempo)
+            return notes_to_score(notes), notes, report
         flagged = self.ids[len(tok.style_prefix(None)):] + ids  # from the task flag on
         events, _, report = tok.decode_grid(flagged)
         new = events.take(events.onset >= r.plan.events_from)

@@ -141,6 +141,8 @@ def generate_ids(model, prompts: torch.Tensor, tokenizer, cfg: SamplingConfig, *
     rows = torch.cat([prompts, _unconditioned(prompts, tokenizer)]) if guided else prompts
     # Without stopping at EOS, EOS is never sampled (the decoder would drop everything after it).
     extra = {"plan": plan} if plan is not None else {}
+    if getattr(tokenizer, "has_instruments", False) and cfg.program_list() is not None:
+        extra["programs"] = cfg.program_list()
     if getattr(tokenizer, "has_bars", False) and cfg.constrained:  # lengths in bars, kept by the grammar
         extra.update(bars=cfg.bars, seconds=cfg.seconds, fixed_meter=cfg.meter is not None or cfg.tempo is not None)
     grammar = tokenizer.grammar(b, device, cfg.constrained, cfg.max_polyphony or None, allow_eos=cfg.stop_at_eos,

@@ -45,8 +45,9 @@ class TrainConfig:
     seed: int = setting(0, ge=0, doc="seeds the weights, the order of the windows and the augmentation")
     transpose: int = setting(0, ge=0, le=24, doc="+- semitones of pitch augmentation")
     transpose_range: str = setting("vocabulary", choices=("vocabulary", "data"),
-                                   doc="where transposed pitches may go: anywhere the vocabulary holds, or (frames, "
-                                       "satb) only within the range each voice spans in the training split")
+                                   doc="where transposed pitches may go: anywhere the vocabulary holds, or only "
+                                       "within the range each voice (frames, satb) or each style (notes, "
+                                       "metrical) spans in the training split")
     stretch: float = setting(0.0, ge=0, lt=1, doc="+- fraction of time-stretch augmentation")
     num_workers: int = setting(-1, ge=-1, doc="data-loading processes (0: in the training process; -1: a few per "
                                               "GPU on CUDA, none elsewhere)")

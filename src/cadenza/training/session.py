@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from cadenza.data.anticipation import TaskMix, training_windows
 from cadenza.data.dataset import StepSampler, fixed_windows
+from cadenza.data.statistics import pitch_ranges
 from cadenza.data.store import TokenStore
 from cadenza.data.tokenizers import Tokenizer
 from cadenza.env.device import DistInfo, loader_workers, resolve_precision
@@ -189,10 +190,12 @@ def _tasks(tc) -> TaskMix:
 def _loader(s: Session):
     tc, dist = s.cfg.train, s.dist
     in_data = tc.transpose_range == "data"
+    on_notes = in_data and s.tok.anticipates  # notes, not voices: each style's pitch range bounds a shift
+    extra = {"pitch_ranges": pitch_ranges(s.store)} if on_notes and tc.transpose else {}
     ds = training_windows(s.store, "train", s.cfg.model.context, s.tok, _tasks(tc), seed=tc.seed,
-                          transpose=0 if in_data else tc.transpose, stretch=tc.stretch,
-                          style_dropout=tc.style_dropout, balance_styles=tc.balance_styles)
-    if in_data and tc.transpose:
+                          transpose=0 if in_data and not on_notes else tc.transpose, stretch=tc.stretch,
+                          style_dropout=tc.style_dropout, balance_styles=tc.balance_styles, **extra)
+    if in_data and not on_notes and tc.transpose:
         ds = RangeTransposed(ds, s.store, s.tok, tc.transpose, tc.seed)
     sampler = StepSampler(tc.batch_size, s.step, dist.rank, dist.world_size, tc.grad_accum)
     workers = loader_workers(tc.num_workers, dist.device)  # each window depends on its index only

@@ -75,6 +75,7 @@ class MetricalTokenizer(NoteIds, NoteDecoding, Tokenizer):
     name = "metrical"
     anticipates = True
     note_lengths_at_onset = True
+    has_instruments = True  # INSTRUMENT tokens: samples can be held to some programs
     lead = 0  # given notes are written where they sound
     tpq = TPQ
     max_shift_steps = 0  # no time shifts: the clock is set by BAR and POS
@@ -391,7 +392,8 @@ class MetricalTokenizer(NoteIds, NoteDecoding, Tokenizer):
         return self.encode_grid(g)
 
     def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
-                allow_eos: bool = True, max_note_seconds: float | None = None, plan=None, **length):
+                allow_eos: bool = True, max_note_seconds: float | None = None, plan=None, programs=None,
+                **length):
         # lazy: the masks are torch tensors, and tokenizing (data preparation) never imports torch
         from cadenza.data.tokenizers.grammar import SpecialsOnly
         from cadenza.data.tokenizers.metrical_grammar import MetricalGrammar
@@ -401,7 +403,10 @@ class MetricalTokenizer(NoteIds, NoteDecoding, Tokenizer):
                 raise TokenizerError("an infill or an accompaniment needs constrained decoding: the masks place "
                                      "the given notes")
             return SpecialsOnly(self, batch, device, allow_eos)
-        return MetricalGrammar(self, batch, device, max_polyphony, allow_eos, plan=plan, **length)
+        if max_note_seconds is not None:
+            raise TokenizerError("max_note_seconds: the metrical vocabulary writes each note's length in beats; "
+                                 "it has no cap in seconds")
+        return MetricalGrammar(self, batch, device, max_polyphony, allow_eos, plan=plan, programs=programs, **length)
 
     pitch_bounds = (0, 127)
 

@@ -34,10 +34,10 @@ OPENED, METERED, TEMPOED, PLACED = 1, 2, 3, 0  # where a row is in its bar: afte
 
 class MetricalGrammar(NoteGrammar):
     def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True,
-                 plan: Plan | None = None, bars: int | None = None, seconds: float | None = None,
+                 plan: Plan | None = None, programs=None, bars: int | None = None, seconds: float | None = None,
                  fixed_meter: bool = False):
         self.target_bars, self.target_seconds = bars, seconds
-        super().__init__(tok, batch, device, max_polyphony, allow_eos, None, plan)
+        super().__init__(tok, batch, device, max_polyphony, allow_eos, None, plan, programs)
         z = torch.zeros(batch, dtype=torch.long, device=device)
         self.bar_start, self.bars, self.stage = z.clone(), z.clone(), z + PLACED
         self.bar_len = z + meter_ticks(4, 4)
@@ -121,6 +121,11 @@ class MetricalGrammar(NoteGrammar):
         if rows.numel():  # the next bar's given notes, shown after this bar's line
             m[rows] = False
             m[rows, self.pv_tokens[self.pv_at[rows]]] = True
+        if self.has_length:  # a row at its length has nothing more to write: it ends (or pads)
+            done = torch.nonzero(self.finished()).flatten()
+            if done.numel():
+                m[done] = False
+                m[done, self.tok.eos_id if self.allow_eos else self.tok.pad_id] = True
         return m
 
     def _reached(self, key: torch.Tensor) -> torch.Tensor:

@@ -35,8 +35,12 @@ class NoteGrammar(SpecialsOnly):
     # observe and allowed run at every sampled token, where each operator's fixed cost is what
     # shows: what a token does to the state, and the mask of each state, are rows of tables.
     def __init__(self, tok, batch: int, device, max_polyphony: int | None = None, allow_eos: bool = True,
-                 max_note_seconds: float | None = None, plan: Plan | None = None):
+                 max_note_seconds: float | None = None, plan: Plan | None = None, programs=None):
         super().__init__(tok, batch, device, allow_eos)
+        self.programs = None  # the programs new notes may play (None: any)
+        if programs is not None:
+            self.programs = torch.zeros(NUM_INSTRUMENTS, dtype=torch.bool, device=device)
+            self.programs[list(programs)] = True
         self.plan = plan or Plan()
         self.device = device
         self.max_polyphony = max_polyphony
@@ -196,6 +200,10 @@ class NoteGrammar(SpecialsOnly):
             m = self.gates_placed[state]
         tok = self.tok
         m.narrow(1, tok.note_offset, NUM_PITCHES).logical_and_(silent)  # narrow: no copy back as `m[...] &=`
+        if self.programs is not None:  # only the programs asked for: a NOTE on another waits for an INSTRUMENT
+            m.narrow(1, tok.instrument_offset, NUM_INSTRUMENTS).logical_and_(self.programs)
+            program = torch.where(self.phase == AFTER_INSTRUMENT, self.pending, self.program)
+            m.narrow(1, tok.note_offset, NUM_PITCHES).logical_and_(self.programs[program][:, None])
         self._mask_time(m, key if self.n_rest else None)
         if self.c_onset.numel():
             m.narrow(1, tok.duration_offset, self.lengths.size).logical_and_(self._lengths())

@@ -66,6 +66,7 @@ class NoteTokenizer(NoteIds, NoteDecoding, Tokenizer):
     name = "notes"
     anticipates = True
     note_lengths_at_onset = True
+    has_instruments = True  # INSTRUMENT tokens: samples can be held to some programs
     window_params = ("anticipation",)  # controls are placed in windows; a store holds none
 
     # anticipation 1 s, not the paper's 5: a small model trained on a CPU must count the shifts since
@@ -263,7 +264,7 @@ class NoteTokenizer(NoteIds, NoteDecoding, Tokenizer):
         return self.encode_grid(g)
 
     def grammar(self, batch: int, device, constrained: bool = True, max_polyphony: int | None = None,
-                allow_eos: bool = True, max_note_seconds: float | None = None, plan=None):
+                allow_eos: bool = True, max_note_seconds: float | None = None, plan=None, programs=None):
         # lazy: the masks are torch tensors, and tokenizing (data preparation) never imports torch
         from cadenza.data.tokenizers.grammar import SpecialsOnly
         from cadenza.data.tokenizers.note_grammar import NoteGrammar
@@ -273,7 +274,7 @@ class NoteTokenizer(NoteIds, NoteDecoding, Tokenizer):
                 raise TokenizerError("an infill or an accompaniment needs constrained decoding: the masks place "
                                      "the given notes")
             return SpecialsOnly(self, batch, device, allow_eos)
-        return NoteGrammar(self, batch, device, max_polyphony, allow_eos, max_note_seconds, plan)
+        return NoteGrammar(self, batch, device, max_polyphony, allow_eos, max_note_seconds, plan, programs)
 
     # ---- augmentation (the dataset transposes and stretches notes, not ids) ----------------------
     pitch_bounds = (0, 127)
