@@ -47,3 +47,24 @@ def test_sigterm_stops_a_busy_server_within_seconds(tmp_path):
         time.sleep(2)
         served.process.terminate()
         served.process.wait(timeout=20)  # a TimeoutExpired fails the test
+
+
+def test_a_server_leaves_nothing_in_the_system_temp_folder(tmp_path, monkeypatch):
+    """Loading a compiled decode step unpacks its package (40 MB) into $TMPDIR on every start: the
+    server keeps that in its data folder, which it empties at exit (and every start sweeps)."""
+    import os
+
+    from tests.conftest import allow_compiling
+
+    allow_compiling(monkeypatch, tmp_path / "cache")
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(system_tmp)}
+    with launch(tmp_path / "data", env=env) as served:
+        deadline = time.monotonic() + 600  # a first build of the compiled step takes about a minute
+        while httpx.get(f"{served.url}/api/health").json()["compiled_step"] == "building":
+            assert time.monotonic() < deadline, "the compiled step was not ready in 10 minutes"
+            time.sleep(1)
+        assert httpx.get(f"{served.url}/api/health").json()["compiled_step"] == "ready"
+    assert list(system_tmp.iterdir()) == []
+    assert not any((tmp_path / "data" / ".tmp").glob("process-*"))

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -52,13 +55,30 @@ def serve(host: str = "127.0.0.1", port: int = 8000, runs: str | os.PathLike | N
     app = create_app(folder, Path(runs) if runs else None, Limits(max_running=max_running), device=str(dev),
                      hosts=(host,), origins=origins)
     memory.freeze_startup_objects()  # what is loaded now lives as long as the server
+    scratch = _own_temp(folder)
     if compile:
         app.state.warm["compiled_step"] = "building"  # before the thread runs: a client polling now must wait
     threading.Thread(target=_warm_up, args=(app, compile), name="warm-up", daemon=True).start()
     print(f"cadenza studio on http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}/  "
           f"(API docs at /docs; data in {folder}; Ctrl-C to stop)", file=sys.stderr, flush=True)
-    # SIGTERM or Ctrl-C: open event streams get 3 s to end before they are closed, then the jobs stop
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+    # SIGTERM or Ctrl-C: open event streams get 3 s to end before they are closed, then the jobs stop.
+    # uvicorn then raises the signal again for the handler it found: this one, so the cleanup runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _own_temp(folder: Path) -> Path:
+    """This server's temporary folder, inside its data folder (which every start sweeps): the
+    process's $TMPDIR from now on, so what libraries unpack there (torch unpacks a compiled decode
+    step's package on every load, 40 MB) never litters the system's temporary folder."""
+    scratch = folder / ".tmp" / f"process-{os.getpid()}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None  # Python's tempfile reads $TMPDIR again
+    return scratch
 
 
 def _warm_up(app, compile: bool) -> None:
