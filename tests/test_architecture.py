@@ -28,7 +28,7 @@ LAYERS = (
     ("cadenza.generation",),
     ("cadenza.evaluation",),
     ("cadenza.training",),
-    ("cadenza.bench", "cadenza.demo"),
+    ("cadenza.bench", "cadenza.demo", "cadenza.live"),
     ("cadenza.studio",),
     ("cadenza",),
     ("cadenza.cli",),

@@ -16,6 +16,7 @@ The public API is one function per command-line verb::
     cadenza.list_corpora()                                    # cadenza corpora
     cadenza.list_models()                                     # cadenza models
     cadenza.serve()                                           # cadenza serve
+    cadenza.duet("1", "2", style="irish")                     # cadenza duet --in 1 --out 2
 """
 
 __version__ = "0.1.0"
@@ -29,7 +30,7 @@ _LAZY = {name: module for module, names in (
     ("cadenza.models.checkpoint", "load"), ("cadenza.listen.render", "render"),
     ("cadenza.evaluation.report", "evaluate"), ("cadenza.bench.run", "benchmark"),
     ("cadenza.demo", "run_demo"), ("cadenza.models.zoo", "list_models"),
-    ("cadenza.studio.server", "serve"),
+    ("cadenza.studio.server", "serve"), ("cadenza.live.engine", "duet"),
 ) for name in names.split()}
 
 __all__ = ["__version__", "doctor", *_LAZY]

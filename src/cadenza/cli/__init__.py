@@ -15,8 +15,8 @@ from cadenza import __version__
 from cadenza.cli.common import VerbParser
 from cadenza.settings import SettingError
 
-VERBS = ("prepare", "corpora", "train", "generate", "models", "render", "evaluate", "serve", "bench", "doctor",
-         "demo")
+VERBS = ("prepare", "corpora", "train", "generate", "models", "render", "evaluate", "serve", "duet", "bench",
+         "doctor", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

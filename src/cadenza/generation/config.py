@@ -38,7 +38,7 @@ class SamplingConfig:
                                   "vocabulary; default: the model's choice)")
     key: str | None = setting(None, doc="the key to play in, such as 'D minor' or 'Eb major' (metrical vocabulary; "
                               "an accompaniment's default is its melody's, an infill's the given music's)")
-    programs: str | None = setting(None, doc="General MIDI programs new notes may play, comma-separated, such as "
+    programs: str | None = setting(None, doc="the General MIDI programs new notes may play, a list such as "
                                    "0,40,42 (128: drums), or 'any' (default: those the style's pieces use)")
     temperature: float = setting(1.0, gt=0, le=100, doc="< 1 plays safer, > 1 takes more risks")
     top_k: int | None = setting(None, ge=1, doc="sample among the k likeliest tokens only; 1 is greedy")

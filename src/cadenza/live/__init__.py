@@ -1,0 +1,1 @@
+"""Playing with a model in real time: MIDI ports, a scheduler on a monotonic clock, the duet engine."""
