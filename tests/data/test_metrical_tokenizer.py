@@ -179,3 +179,17 @@ def test_metrical_samples_keep_to_their_programs_and_bars():
         assert row.count(tok.bar_id) == 4 and row[-1] == tok.bar_id  # three bars and the line that closes them
         events, _, _ = tok.decode_grid(row)
         assert set(events.program.tolist()) <= {19}
+
+
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_a_bar_span_scores_the_same_music_with_and_without_its_suffix(lookahead):
+    # the span's music is the same tokens either way; given notes (and previews of them) are not scored
+    from cadenza.evaluation.bar_spans import BarSpan, encodings
+
+    t, g = chorale(lookahead)
+    span = BarSpan(g, 1 * 12 + 36, 1 * 12 + 3 * 36, 0, None, True)  # bars 2-3 (after the pickup and bar 1)
+    enc = encodings(t, span)
+    scored = {k: ids[mask] for k, (ids, mask) in enc.items()}
+    assert np.array_equal(scored["plain"], scored["anticipatory"]) and scored["plain"].size > 10
+    assert (getattr(t, "ahead_id", None) in enc["anticipatory"][0].tolist()) == lookahead
+    assert not np.isin(scored["plain"], np.arange(t.control_offset, t.duration_offset)).any()

@@ -367,6 +367,21 @@ class MetricalTokenizer(NoteIds, NoteDecoding, Tokenizer):
         events, controls, report = self.decode_grid(ids)
         return self.to_grid_notes(GridNotes.concat([events, controls])), report
 
+    def token_ticks(self, ids) -> np.ndarray:
+        """The clock (ticks from the first bar line) after each of `ids`: where BAR and POS put it."""
+        out = np.zeros(len(ids), np.int64)
+        bar_start, bar_len, bars, clock = 0, meter_ticks(4, 4), 0, 0
+        for i, t in enumerate(np.asarray(ids).tolist()):
+            if t == self.bar_id:
+                bar_start, bars = bar_start + bar_len * (bars > 0), bars + 1
+                clock = bar_start
+            elif self.pos_offset <= t < self.tempo_offset:
+                clock = bar_start + t - self.pos_offset
+            elif self.meter_offset <= t < self.note_offset:
+                bar_len = meter_ticks(*METERS[t - self.meter_offset])
+            out[i] = clock
+        return out
+
     # ---- what the sampler asks -------------------------------------------------------------
     @property
     def has_clock(self) -> bool:
