@@ -165,6 +165,8 @@ def test_compose_build_args_default_to_versions_env(compose):
         for key, val in (s.get("build") or {}).get("args", {}).items():
             m = re.fullmatch(r"\$\{(\w+):-([^}]*)\}", str(val))
             assert m and m.group(1) == key, f"{name}: build arg {key} should read ${{{key}:-...}}"
+            if key == "GIT_COMMIT":  # the build's own commit, not a pinned version
+                continue
             assert m.group(2) == env[key], f"{name}: default {key}={m.group(2)}, versions.env {env[key]}"
 
 
@@ -231,3 +233,38 @@ def test_registered_subcommands_are_planned_and_parse_help(capsys):
                 parser.parse_args([name, "--help"])
             assert e.value.code == 0, name
             assert f"usage: cadenza {name}" in capsys.readouterr().out
+
+
+def test_the_wheel_builds_with_an_spdx_license():
+    # setuptools stops reading a license table on 2027-02-18: an SPDX string, and a setuptools that reads one
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "Apache-2.0"
+    assert any(re.fullmatch(r"setuptools>=(7[7-9]|[89]\d)(,<\d+)?", r) for r in meta["build-system"]["requires"])
+
+
+def test_the_image_records_its_commit():
+    # the image has no .git: the build's GIT_COMMIT becomes CADENZA_GIT_COMMIT, which runs and doctor read
+    text = DOCKERFILE.read_text()
+    for stage in ("runtime", "devel"):
+        lines = " ".join(stages()[stage])
+        assert "ARG GIT_COMMIT" in lines and "CADENZA_GIT_COMMIT=${GIT_COMMIT}" in lines, stage
+    assert "GIT_COMMIT" in (DOCKER / "compose.yaml").read_text() and "GIT_COMMIT" in text
+
+
+def test_outside_a_checkout_the_commit_comes_from_the_image(monkeypatch):
+    import subprocess as sp
+
+    from cadenza.env import record
+
+    monkeypatch.setattr(record.subprocess, "run", lambda *a, **k: sp.CompletedProcess(a, 128, "", "not a git repo"))
+    monkeypatch.setenv("CADENZA_GIT_COMMIT", "0123abc")
+    try:
+        record.git_commit.cache_clear()
+        assert record.git_commit() == "0123abc"
+        monkeypatch.delenv("CADENZA_GIT_COMMIT")
+        record.git_commit.cache_clear()
+        assert record.git_commit() is None
+    finally:
+        record.git_commit.cache_clear()  # the other tests see this checkout's commit again

@@ -25,17 +25,20 @@ def library_versions(names=_DEFAULT_LIBS) -> dict[str, str | None]:
 
 @cache
 def git_commit(path: str | None = None) -> str | None:
-    """The commit of the cadenza checkout (or of `path`), with "-dirty" when it has local changes."""
+    """The commit of the cadenza checkout (or of `path`), with "-dirty" when it has local changes;
+    outside a checkout, the commit an image was built from ($CADENZA_GIT_COMMIT, set by the
+    Dockerfile from the build's GIT_COMMIT)."""
     where = Path(path) if path else Path(__file__).resolve().parent
+    built = os.environ.get("CADENZA_GIT_COMMIT") if path is None else None
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
         if rev.returncode != 0:
-            return None
+            return built or None
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
                                capture_output=True, text=True, timeout=5)
         return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return built or None
 
 
 def command_line() -> str:
