@@ -60,6 +60,7 @@ def host_mounts() -> list[str]:
     debug = sh(sys.executable, "-m", "pip", "config", "debug", check=False, quiet=True)
     found = {"/etc/ssl/certs", *re.findall(r"^\s*(/\S+), exists: True", debug, re.M)}
     found |= {p for p in re.findall(r"(?:file://)?(/[^\s'\"]+)", debug) if not p.endswith(":")}
+    found = {p.removesuffix("/simple") for p in found}  # a local index: its pages link to files beside them
     kept = [p for p in sorted(found) if Path(p).exists()]
     kept = [p for p in kept if not any(p != q and p.startswith(q + "/") for q in kept)]  # inside another: once
     return [f"-v={p}:{p}:ro" for p in kept]
