@@ -1,7 +1,7 @@
 """Accompaniment of held-out melodies: does a model write to the notes it is given?
 
     python benchmarks/bench_accompany.py --checkpoint runs/pilot-c --data data/bach-metrical \
-        --pieces 32 --variations 0:1 -6:1 6:1 0:0.8 0:1.2 --out benchmarks/results/pilots/c.json
+        --pieces 32 --variations 0:1,-6:1,6:1,0:0.8,0:1.2 --out benchmarks/results/pilots/c.json
 
 For each of the first --pieces held-out pieces of --style (valid, then test), its melody is
 accompanied by the model in each variation (SEMITONES:FACTOR, FACTOR 1.2 is 20% slower), and
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", required=True, help="a store of the held-out pieces in the model's vocabulary")
     ap.add_argument("--style", default="bach")
     ap.add_argument("--pieces", type=int, default=32)
-    ap.add_argument("--variations", nargs="+", default=["0:1"], help="SEMITONES:FACTOR each")
+    ap.add_argument("--variations", default="0:1", help="SEMITONES:FACTOR, comma-separated (0:1,-6:1,0:1.2)")
     ap.add_argument("--no-key", action="store_true", help="give a model with KEY tokens no key")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--label", help="what this run is (recorded)")
     ap.add_argument("--out", help="result JSON")
     a = ap.parse_args(argv)
-    variations = [Variation(int(v.split(":")[0]), float(v.split(":")[1])) for v in a.variations]
+    variations = [Variation(int(v.split(":")[0]), float(v.split(":")[1])) for v in a.variations.split(",")]
     loaded = ckpt.load(a.checkpoint, "cpu")
     store = TokenStore(a.data)
     if not store.tokenizer.same_as(loaded.meta["tokenizer"], ids_only=True):
