@@ -164,3 +164,16 @@ def test_a_transposed_window_stays_inside_its_styles_range(store):
             assert pitch.min() >= lo - 2 and pitch.max() <= hi + 2
             outside += pitch.min() < lo or pitch.max() > hi
     assert outside  # some windows moved past the pieces' own range, none past the one allowed
+
+
+def test_only_the_styles_asked_for_are_transposed(store):
+    from cadenza.data.statistics import pitch_ranges
+
+    lo, hi = pitch_ranges(store)["test"]
+    narrow = {"test": (lo - 2, hi + 2)}
+    kept = AnticipationWindows(store, "train", 256, seed=0, tokenizer=tok, transpose=12, pitch_ranges=narrow,
+                               transpose_styles=["other"])
+    for i in range(40):
+        events, controls, _ = tok.decode_grid(kept[i].numpy())
+        pitch = np.concatenate([events.pitch, controls.pitch])
+        assert not pitch.size or (pitch.min() >= lo and pitch.max() <= hi)  # never moved

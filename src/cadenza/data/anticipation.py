@@ -168,8 +168,10 @@ class AnticipationWindows(WindowDataset):
     read from the store as notes, and every window is built by `TaskMix` as the module says.
     Augmentation transposes pitches (never drums) and stretches time, on the notes."""
 
-    def __init__(self, *args, tasks: TaskMix | None = None, pitch_ranges: dict | None = None, **kwargs):
+    def __init__(self, *args, tasks: TaskMix | None = None, pitch_ranges: dict | None = None,
+                 transpose_styles: list[str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.transpose_styles = set(transpose_styles) if transpose_styles else None  # None: every style
         # augmentation acts on the notes here, whether or not the tokenizer can move its ids
         self.transpose, self.stretch = int(kwargs.get("transpose", 0)), float(kwargs.get("stretch", 0.0))
         self.pitch_ranges = pitch_ranges or {}  # style -> (lowest, highest) pitch a transposition keeps to
@@ -195,7 +197,9 @@ class AnticipationWindows(WindowDataset):
         origin = window_origin(g, start)
         first = int(np.searchsorted(g.onset, origin))
         window = g.take(slice(first, first + need))  # a note takes 2 tokens or more: enough
-        window = self._augment(window.shifted(-origin), rng, self.pitch_ranges.get(self.pieces[k].style, (0, 127)))
+        style = self.pieces[k].style
+        moves = self.transpose_styles is None or style in self.transpose_styles
+        window = self._augment(window.shifted(-origin), rng, self.pitch_ranges.get(style, (0, 127)) if moves else None)
         task = TASKS[int(rng.choice(len(TASKS), p=self.p))]
         reach = horizon(self.tok, window, need) if task != "autoregress" else None
         given, task = choose_controls(window, task, rng, reach)
@@ -224,14 +228,16 @@ class AnticipationWindows(WindowDataset):
         pitched = heard.program != DRUMS
         return estimate_key(heard.pitch[pitched], (heard.end - heard.onset)[pitched])
 
-    def _augment(self, g: GridNotes, rng: np.random.Generator, bounds: tuple[int, int] = (0, 127)) -> GridNotes:
+    def _augment(self, g: GridNotes, rng: np.random.Generator,
+                 bounds: tuple[int, int] | None = (0, 127)) -> GridNotes:
         """Time stretched by up to `stretch`, pitches moved by up to `transpose` semitones within
-        `bounds` (the style's range in the training data, with `transpose_range = "data"`)."""
+        `bounds` (the style's range in the training data, with `transpose_range = "data"`; None: a
+        style whose keys stay as written)."""
         if self.stretch and len(g):
             factor = rng.uniform(1 - self.stretch, 1 + self.stretch)
             g = stretched(g, factor)
         pitched = g.program != DRUMS
-        if self.transpose and pitched.any():
+        if self.transpose and pitched.any() and bounds is not None:
             lo = max(-self.transpose, bounds[0] - int(g.pitch[pitched].min()))
             hi = min(self.transpose, bounds[1] - int(g.pitch[pitched].max()))
             shift = int(rng.integers(lo, hi + 1)) if hi >= lo else 0

@@ -48,6 +48,8 @@ class TrainConfig:
                                    doc="where transposed pitches may go: anywhere the vocabulary holds, or only "
                                        "within the range each voice (frames, satb) or each style (notes, "
                                        "metrical) spans in the training split")
+    transpose_styles: str = setting("", doc="the styles whose windows are transposed, such as bach,palestrina (empty: "
+                                    "every style); the keys of the others stay as written")
     stretch: float = setting(0.0, ge=0, lt=1, doc="+- fraction of time-stretch augmentation")
     num_workers: int = setting(-1, ge=-1, doc="data-loading processes (0: in the training process; -1: a few per "
                                               "GPU on CUDA, none elsewhere)")

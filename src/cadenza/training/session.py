@@ -192,6 +192,8 @@ def _loader(s: Session):
     in_data = tc.transpose_range == "data"
     on_notes = in_data and s.tok.anticipates  # notes, not voices: each style's pitch range bounds a shift
     extra = {"pitch_ranges": pitch_ranges(s.store)} if on_notes and tc.transpose else {}
+    if tc.transpose_styles:
+        extra["transpose_styles"] = [x.strip() for x in tc.transpose_styles.split(",") if x.strip()]
     ds = training_windows(s.store, "train", s.cfg.model.context, s.tok, _tasks(tc), seed=tc.seed,
                           transpose=0 if in_data and not on_notes else tc.transpose, stretch=tc.stretch,
                           style_dropout=tc.style_dropout, balance_styles=tc.balance_styles, **extra)
