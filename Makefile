@@ -11,7 +11,7 @@ CUDA ?=
 TORCH_INDEX ?= $(if $(CUDA),--index-url https://download.pytorch.org/whl/cu$(subst .,,$(if $(filter 1,$(CUDA)),$(CUDA_VERSION),$(CUDA))))
 EXTRAS ?= dev
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test demo bench lint images-check clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ demo: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_tokenize.py
+
+# Build both images from docker/Dockerfile, unedited, on a CPU stand-in for the PyTorch base (no
+# registry needed: buildah, podman and mmdebstrap from Debian), then run them; skips without the tools.
+images-check: install
+	$(BIN)/python tools/images_check.py --out benchmarks/results/images/images.json
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks tools

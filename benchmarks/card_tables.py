@@ -136,5 +136,42 @@ def short_value(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
+PILOTS = {"a": "notes, given notes 1 s early (today's)", "b": "notes, given notes 10 ms early (at their onset)",
+          "c": "metrical, given notes at their position", "d": "metrical, + the next bar's given notes (lookahead)",
+          "e": "d, + Bach transposed within its range (+-6)"}
+
+
+def pilots_table() -> list[str]:
+    """One row per pilot arm: accompaniment of held-out melodies (as written, then moved and played
+    at another tempo), the teacher-forced melody gain, infilling."""
+    folder = ROOT / "benchmarks" / "results" / "pilots"
+    rows = []
+    for arm, what in PILOTS.items():
+        acc, inf = _read(folder / f"{arm}-accompany.json"), _read(folder / f"{arm}-infill.json")
+        if acc is None:
+            continue
+        by = acc["by_variation"]
+        plain = by.get("+0 st, x1", acc["generated"])
+        moved = [v for k, v in by.items() if k != "+0 st, x1"]
+        moved_c = statistics.mean(v["consonant"] for v in moved) if moved else float("nan")
+        follows = (inf or {}).get("follows", {}).get("mean_rise")
+        rows.append(f"| {arm} | {what} | {plain['consonant']:.0%} / {moved_c:.0%} | {plain['synchrony']:.0%} | "
+                    f"{plain['same_key']:.0%} | {acc['melody_returned']}/{acc['accompaniments']} | "
+                    f"{acc['melody_gain']['gain']:+.2f} | "
+                    + (f"{inf['share_lower_with_suffix']:.0%} ({inf['unit']})" if inf else "-")
+                    + f" | {'-' if follows is None else f'{follows:+.2f}'} |")
+    if not rows:
+        return _missing("benchmarks/results/pilots/")
+    real = acc["real"]
+    return ["| arm | vocabulary | consonance, as written / moved | synchrony | same key | melody returned | "
+            "melody gain (nats/note) | infill: likelier with the suffix | fill follows a moved suffix |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows,
+            f"| real | the held-out chorales | {real['consonant']:.0%} | {real['synchrony']:.0%} | "
+            f"{real['same_key']:.0%} | | | | |", "",
+            f"<sub>`python benchmarks/bench_accompany.py ...` and `bench_infill.py ...` per arm (the commands are "
+            f"in each file) · {acc.get('cpu', {}).get('model', '')} · "
+            f"[benchmarks/results/pilots/](../benchmarks/results/pilots/)</sub>"]
+
+
 TABLES = {"styles-data": data_table, "styles-training": training_table, "styles-eval": eval_table,
-          "styles-anticipation": anticipation_table}
+          "styles-anticipation": anticipation_table, "pilots": pilots_table}
