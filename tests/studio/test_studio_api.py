@@ -77,7 +77,7 @@ def test_a_job_streams_notes_then_its_files(client):
     ({"style": "reel"}, "style", "style must be one of chorale, jig, got 'reel'"),
     ({"guidance": 2}, "guidance", "guidance needs a style to guide towards"),
     ({"primer": "/etc/passwd"}, "primer", "primer is not a sampling setting"),
-    ({"tempo": 120}, "tempo", "tempo is not a sampling setting"),
+    ({"bpm": 120}, "bpm", "bpm is not a sampling setting"),
 ])
 def test_bad_settings_are_a_422_naming_the_field(client, settings, field, words):
     r = client.post("/api/jobs", json={"model": MODEL, "settings": settings})

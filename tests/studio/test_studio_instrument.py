@@ -145,6 +145,24 @@ def test_a_span_is_filled_kept_filled_again_and_undone(open_page, tmp_path):
     assert errors == [], errors
 
 
+def test_a_span_snaps_to_the_bars_of_the_file(open_page, tmp_path):
+    # a waltz with a one-beat pickup at 120 qpm: bar lines at 0, 0.5, 2, 3.5, 5, 6.5 s; a drag from
+    # inside bar 2 to inside bar 3 selects bars 2-3, as a score numbers them (the pickup is bar 0)
+    from cadenza.data.meter import Meter
+
+    page, errors = open_page()
+    meter = Meter.from_changes([(0, 120)], [(0, 1, 4), (1, 3, 4)])
+    q = np.arange(13) * 1.0
+    notes = Notes.from_arrays(meter.seconds(q), meter.seconds(q + 0.9), 60 + q.astype(int) % 5, np.full(13, 80),
+                              meter=meter)
+    page.set_input_files("#file", str(write_midi(notes, tmp_path / "waltz.mid")))
+    page.wait_for_function("document.querySelector('[data-testid=roll]').dataset.given === '13'")
+    assert int(page.locator("[data-testid=roll]").get_attribute("data-bars")) == 6  # drawn: five bars, closed
+    assert drag_span(page, 2.3, 4.2) == (2.0, 5.0)
+    assert page.inner_text("#span-text").startswith("bars 2–3")
+    assert errors == [], errors
+
+
 def test_a_melody_from_a_midi_keyboard_is_accompanied_and_played(open_page, tmp_path):
     page, errors = open_page(FAKE_MIDI)
     page.wait_for_selector("[data-testid=midi-status][data-inputs='1']")

@@ -37,6 +37,7 @@ from cadenza.studio.registry import Registry, UnknownModel
 from cadenza.studio.requests import JobRequest, checked_settings, result_piece, submit, upload_piece
 from cadenza.studio.runner import (
     Runner,
+    bars_json,
     history,
     job_folder,
     notes_json,
@@ -172,7 +173,8 @@ def _upload_routes(app: FastAPI, data: Path, limits: Limits) -> None:
                             f"takes at most {limits.max_piece_seconds:g} s and {limits.max_piece_notes} notes")
         upload_id = uuid.uuid4().hex[:12]
         write_bytes(data / "uploads" / f"{upload_id}.mid", raw)
-        info = {"id": upload_id, "name": name, "seconds": notes.duration, "notes": notes_json(notes.by_time())}
+        info = {"id": upload_id, "name": name, "seconds": notes.duration, "notes": notes_json(notes.by_time()),
+                "bars": bars_json(notes)}
         write_json(data / "uploads" / f"{upload_id}.json", info)
         keep_uploads(data / "uploads", limits.max_uploads, limits.max_upload_store_bytes)
         return info

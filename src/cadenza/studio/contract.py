@@ -122,6 +122,8 @@ class UploadOut(BaseModel):
     name: str
     seconds: float
     notes: list[list[float]] = Field(description="[start, end, pitch, velocity] per note, in onset order")
+    bars: list[float] = Field(default=[], description="where each bar starts, seconds, then the line closing the "
+                              "last (from the file's time signatures and tempo; a span snaps to them)")
 
 
 class ModelOut(BaseModel):

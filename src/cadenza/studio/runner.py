@@ -38,6 +38,15 @@ def notes_json(notes: Notes) -> list[list[float]]:
             for s, e, p, v in zip(notes.start, notes.end, notes.pitch, notes.velocity)]
 
 
+def bars_json(notes: Notes) -> list[float]:
+    """Where each bar of `notes` starts (seconds, to the ms), then the line that closes the last: the
+    bar lines the page draws and snaps a span to. None known (notes without a meter): []."""
+    m = notes.meter
+    if m is None or not len(notes):
+        return []
+    return [round(float(t), 3) for t in m.seconds(m.bar_starts(float(m.quarters(notes.duration)) - 1e-9))]
+
+
 class _Stream:
     """The `on_tokens` callback of a job: checks for cancelling after every token, and sends the
     notes of each variation so far every STREAM_EVERY seconds, saying which of them are new: those
@@ -56,12 +65,13 @@ class _Stream:
         for r, new in enumerate(tokens.tolist()):
             self.send(first + r, self.prompt.notes_of([t for t in new if t != self.pad]), len(new))
 
-    def send(self, variation: int, notes: Notes, tokens: int) -> tuple[list, list]:
-        """Emit a `notes` event: the notes in onset order and which of them are new. -> both"""
+    def send(self, variation: int, notes: Notes, tokens: int) -> tuple[list, list, list]:
+        """Emit a `notes` event: the notes in onset order, which of them are new, and the bar lines
+        (where the notes have a meter). -> all three"""
         notes = notes.by_time()
-        rows, new = notes_json(notes), (~self.prompt.given_of(notes)).astype(int).tolist()
-        self.job.emit("notes", variation=variation, notes=rows, new=new, tokens=tokens)
-        return rows, new
+        rows, new, bars = notes_json(notes), (~self.prompt.given_of(notes)).astype(int).tolist(), bars_json(notes)
+        self.job.emit("notes", variation=variation, notes=rows, new=new, bars=bars, tokens=tokens)
+        return rows, new, bars
 
 
 @dataclass
@@ -89,13 +99,15 @@ class Runner:
         server made it)."""
         variations, folder = [], self.data / "jobs" / job.id
         with atomic_dir(folder) as tmp:
-            for k, (score, notes, stats, (rows, new)) in enumerate(zip(gen.scores, gen.notes, gen.stats, final)):
+            for k, (score, notes, stats, (rows, new, bars)) in enumerate(zip(gen.scores, gen.notes, gen.stats,
+                                                                            final)):
                 job.check()  # a cancel while rendering stops before the next variation, and leaves no folder
                 write_midi(score, tmp / f"sample-{k}.mid")
                 audio, backend = synthesize(notes, sample_rate=self.sample_rate)
                 write_wav(audio, tmp / f"sample-{k}.wav", self.sample_rate)
                 variations.append({"index": k, "notes": stats["notes"], "seconds": stats["seconds"],
-                                   "tokens": stats["tokens"], "audio": backend, "note_list": rows, "note_new": new})
+                                   "tokens": stats["tokens"], "audio": backend, "bars": bars, "note_list": rows,
+                                   "note_new": new})
             if job.keeps_melody:
                 write_midi(job.task.notes, tmp / MELODY)
             summary = {"id": job.id, "model": job.model, "settings": job.settings, "created": job.created,

@@ -24,8 +24,10 @@ export class SpanEditor {
     stage.onShow(() => this.refresh());
   }
 
+  // A dragged span, snapped to whole bars where the music has bar lines (a musician asks for "bars
+  // 9-12"), else to tenths of a second.
   select(span) {
-    const s = span && [tenth(span[0]), tenth(span[1])];
+    const s = span && snap(span, this.stage.bars());
     this.state.span = s && s[1] > s[0] ? s : null;
     this.refresh(); this.stage.redraw();
   }
@@ -40,7 +42,8 @@ export class SpanEditor {
     const s = this.state, bar = $("span-bar");
     bar.hidden = !s.span;
     if (s.span) {
-      $("span-text").textContent = `${s.span[0].toFixed(1)}–${s.span[1].toFixed(1)} s`;
+      const secs = `${s.span[0].toFixed(1)}–${s.span[1].toFixed(1)} s`, named = barNames(s.span, this.stage.bars());
+      $("span-text").textContent = named ? `${named} (${secs})` : secs;
       Object.assign(bar.dataset, { start: String(s.span[0]), end: String(s.span[1]) });
     }
     const why = this.can("infill") ? "" : "this model cannot fill a span: pick one trained on the note vocabulary";
@@ -75,4 +78,22 @@ export class SpanEditor {
     this.state.pending = false;
     this.stage.restore(before);
   }
+}
+
+// [start, end] out to the bar lines around it (the line at or before start, at or after end), or to
+// tenths of a second without bar lines.
+export function snap(span, bars) {
+  if (bars.length < 2) return [tenth(span[0]), tenth(span[1])];
+  const at = (t) => bars.reduce((best, b) => (b <= t + 1e-3 ? b : best), bars[0]);
+  const after = (t) => bars.find((b) => b >= t - 1e-3) ?? bars[bars.length - 1];
+  return [at(span[0]), after(span[1])];
+}
+
+// "bars 9–12" for a span on bar lines, numbered as a score numbers them (a pickup is bar 0).
+function barNames(span, bars) {
+  const i = bars.indexOf(span[0]), j = bars.indexOf(span[1]);
+  if (i < 0 || j <= i) return "";
+  const pickup = bars.length > 2 && bars[1] - bars[0] < bars[2] - bars[1] - 1e-3;
+  const first = i + (pickup ? 0 : 1), last = j - 1 + (pickup ? 0 : 1);
+  return first === last ? `bar ${first}` : `bars ${first}–${last}`;
 }

@@ -16,6 +16,8 @@ export function drawRoll(canvas, notes, opts = {}) {
   const x = (t) => LEFT + (t / end) * (w - LEFT - RIGHT), rowH = (h - 16) / (hi - lo + 1);
   const y = (p) => 6 + (hi - p) * rowH;
   stripes(g, lo, hi, x, y, rowH, w, h, end);
+  g.fillStyle = "rgba(200,210,235,0.22)";   // bar lines, where the music has a meter
+  (opts.bars || []).forEach((t) => g.fillRect(x(t), 0, 1, h));
   if (opts.span) {   // the selected span, under the notes
     g.fillStyle = "rgba(111,211,193,0.16)";
     g.fillRect(x(opts.span[0]), 0, x(opts.span[1]) - x(opts.span[0]), h);
@@ -37,6 +39,7 @@ export function drawRoll(canvas, notes, opts = {}) {
   canvas.dataset.notes = String(notes.filter((_, i) => isNew(i)).length);
   canvas.dataset.given = String(notes.length - Number(canvas.dataset.notes));
   canvas.dataset.cursor = opts.cursor === undefined ? "" : opts.cursor.toFixed(2);
+  canvas.dataset.bars = String((opts.bars || []).length);
   // where the time axis lies (CSS pixels from the left: 0 s, and the end): a script can aim at a time
   Object.assign(canvas.dataset, { x0: String(LEFT), x1: String(w - RIGHT), end: String(end) });
   canvas._end = end;

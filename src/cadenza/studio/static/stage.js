@@ -30,7 +30,7 @@ export class Stage {
   // A `notes` event of the job on stage: a variation's notes so far, and which of them are new.
   notes(ev) {
     const s = this.state, { from, to, until = to } = s.range;
-    s.variations[ev.variation] = { notes: ev.notes, new: ev.new };
+    s.variations[ev.variation] = { notes: ev.notes, new: ev.new, bars: ev.bars || [] };
     const last = Math.max(from, ...ev.notes.filter((_, i) => ev.new[i]).map((n) => n[0]));
     $("bar").style.width = `${Math.min(100, (100 * (last - from)) / Math.max(until - from, 0.1))}%`;
     this.tabs(); this.redraw();
@@ -42,7 +42,7 @@ export class Stage {
     const got = await Promise.all(result.variations.map((v) => variationNotes(result.id, v.index)));
     s.job = { id: result.id };
     s.variations = [];
-    result.variations.forEach((v, k) => { s.variations[v.index] = { ...got[k], seconds: v.seconds }; });
+    result.variations.forEach((v, k) => { s.variations[v.index] = { ...got[k], seconds: v.seconds, bars: v.bars || [] }; });
     $("bar").style.width = "100%";
     this.select(s.variations[s.variation] ? s.variation : 0);
   }
@@ -75,6 +75,12 @@ export class Stage {
     const s = this.state, v = s.variations[s.variation];
     if (s.piece) return s.piece.upload ? { upload: s.piece.upload } : null;
     return s.job && v && v.seconds !== undefined ? { result: { job: s.job.id, variation: s.variation } } : null;
+  }
+
+  // The bar lines of what is on stage (seconds; the last closes the last bar), [] where unknown.
+  bars() {
+    const s = this.state, v = s.piece || s.variations[s.variation];
+    return (v && v.bars) || [];
   }
 
   // What is on stage, to come back to (undo); `restore` shows it again.
@@ -114,7 +120,7 @@ export class Stage {
   redraw() {
     const s = this.state;
     const v = s.piece || s.variations[s.variation] || { notes: [], new: [] };
-    drawRoll($("roll"), v.notes, { new: v.new, seconds: s.range.to, span: s.span || undefined,
+    drawRoll($("roll"), v.notes, { new: v.new, seconds: s.range.to, span: s.span || undefined, bars: v.bars,
                                    cursor: s.piece ? undefined : this.player.cursor });
     $("empty").hidden = v.notes.length > 0;
   }

@@ -142,7 +142,7 @@ async function upload(file) {
   state.primer = { upload: info.id, notes: info.notes, seconds: info.seconds, cut: info.seconds, name: info.name };
   drawPrimer();
   editor.reset();
-  stage.show({ upload: info.id, notes: info.notes, seconds: info.seconds, name: info.name });
+  stage.show({ upload: info.id, notes: info.notes, seconds: info.seconds, name: info.name, bars: info.bars || [] });
   melody.fromUpload(info);
   say(`${info.name}: ${info.notes.length} notes, ${info.seconds.toFixed(1)} s — generate to continue it, ` +
       "select a span to fill, or accompany its melody");
