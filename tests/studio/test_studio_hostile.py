@@ -73,6 +73,24 @@ def test_a_foreign_origin_may_read_nothing_into_a_write(client, tmp_path):
         assert events(client, job.json()["id"])[-1]["event"] == "done"
 
 
+def test_the_duet_socket_takes_only_its_own_page(client):
+    """WebSockets ignore CORS: the live socket is refused to another site's page, a foreign Host and
+    bad settings, and served to the studio's own page (and a script with no Origin)."""
+    from starlette.websockets import WebSocketDisconnect
+
+    here = {"host": "127.0.0.1:8000"}  # the test client names no host of its own for a socket
+    for headers, url in (({**here, "origin": FOREIGN}, "/api/duet"), ({"host": "evil.example"}, "/api/duet"),
+                         (here, f"/api/duet?model={MODEL}&reply=-1"), (here, "/api/duet?model=nope")):
+        with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect(url, headers=headers) as ws:
+            ws.receive_json()
+        assert refused.value.code in (1008, 403), (headers, url)
+    for headers in ({**here, "origin": LOCAL}, here):
+        with client.websocket_connect(f"/api/duet?model={MODEL}&reply=1", headers=headers) as ws:
+            assert ws.receive_json() == {"type": "ready"}
+            ws.send_json({"type": "on", "pitch": 60, "velocity": 90})
+            ws.send_json({"type": "off", "pitch": 60})
+
+
 def test_a_bad_allowed_origin_is_refused_at_start(studio_edit_runs, tmp_path):
     with pytest.raises(SettingError, match="^allow_origin must be scheme://host"):
         create_app(tmp_path / "data", studio_edit_runs, origins=("localhost:5173",))

@@ -247,3 +247,24 @@ def accompanied(rows: list[tuple[float, float, int]], melody: list[list[float]])
         rest.remove(match[0])
     edges = sorted([(a, 1) for a, _, _ in rest] + [(b, -1) for _, b, _ in rest])  # an end before a start
     assert max(np.cumsum([d for _, d in edges]), default=0) >= 2, rest
+
+
+def test_a_duet_answers_a_phrase_from_a_midi_keyboard(open_page, tmp_path):
+    # Duet mode: the played phrase goes to the engine over the socket; its answer comes back note by
+    # note, sounds through the page's synthesizer and is drawn as new notes; stopping ends it
+    page, errors = open_page(FAKE_MIDI)
+    page.wait_for_selector("[data-testid=midi-status][data-inputs='1']")
+    page.click("[data-testid=duet]")
+    page.wait_for_function("window.studio.duet.state === 'listening'", timeout=JOB)
+    page.evaluate("""async (tune) => {
+        const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+        const send = (...data) => window.fakeMidi.onmidimessage({ data: new Uint8Array(data) });
+        for (const p of tune) { send(0x90, p, 100); await sleep(150); send(0x80, p, 0); await sleep(30); }
+    }""", TUNE)
+    page.wait_for_function("window.studio.duet.heard >= 3 && window.studio.duet.answers >= 1", timeout=JOB)
+    roll = page.locator("[data-testid=roll]")
+    assert int(roll.get_attribute("data-notes")) >= 1 and int(roll.get_attribute("data-given")) == len(TUNE)
+    shot(page, "duet", tmp_path)
+    page.click("[data-testid=duet]")
+    page.wait_for_function("window.studio.duet.state === 'off'", timeout=10_000)
+    assert errors == [], errors

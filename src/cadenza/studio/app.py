@@ -29,6 +29,7 @@ from cadenza.listen.pianoroll import piano_roll
 from cadenza.settings import describe_range
 from cadenza.studio import contract
 from cadenza.studio.contract import Health, JobOut, ModelOut, SettingOut, UploadOut, errors
+from cadenza.studio.duet import duet_routes
 from cadenza.studio.edits import edit_routes
 from cadenza.studio.guard import BodyLimit, Guard, origin_of
 from cadenza.studio.jobs import FINISHED, Job, JobQueue
@@ -117,6 +118,7 @@ def create_app(data: Path, runs: Path | None = None, limits: Limits | None = Non
     _upload_routes(app, data, limits)
     _job_routes(app, jobs, registry, data, limits)
     edit_routes(app, jobs, registry, data, limits)
+    duet_routes(app, registry)
     _file_routes(app, data, limits)
     return app
 

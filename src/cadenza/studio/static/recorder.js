@@ -100,6 +100,7 @@ export class Recorder {
     if (this.recording) for (const p of [...this.sounding.keys()]) this.noteOff(p);   // one line
     this.sounding.set(pitch, { start: this.now(), velocity, stop: this.tone(pitch, velocity) });
     this.el.keys.querySelector(`[data-pitch="${pitch}"]`)?.classList.add("down");
+    this.onPlay?.("on", pitch, velocity);   // a duet hears it too
   }
 
   noteOff(pitch) {
@@ -107,6 +108,7 @@ export class Recorder {
     if (!n) return;
     this.sounding.delete(pitch);
     n.stop();
+    this.onPlay?.("off", pitch, 0);
     this.el.keys.querySelector(`[data-pitch="${pitch}"]`)?.classList.remove("down");
     if (this.recording && n.start >= this.t0) {
       this.notes.push([n.start - this.t0, Math.max(this.now(), n.start + SHORTEST) - this.t0, pitch, n.velocity]);

@@ -47,11 +47,13 @@ export class Stage {
     this.select(s.variations[s.variation] ? s.variation : 0);
   }
 
-  // A piece without a job: {notes, seconds, name, upload (its id, for a dropped file)}.
+  // A piece without a job: {notes, seconds, name, upload (its id, for a dropped file), bars, new (which
+  // notes to draw as new: none by default)}.
   show(piece) {
     this.clear();
     const end = Math.max(piece.seconds || 0, ...piece.notes.map((n) => n[1]));
-    Object.assign(this.state, { piece: { ...piece, new: piece.notes.map(() => 0) }, range: { from: 0, to: end } });
+    Object.assign(this.state, { piece: { ...piece, new: piece.new || piece.notes.map(() => 0) },
+                                range: { from: 0, to: end } });
     this.redraw(); this.shown();
   }
 

@@ -4,6 +4,7 @@
 // (edit.js), playing a melody in and accompanying it (melody.js, recorder.js), the API (api.js).
 
 import { api, follow, post, uploadFile } from "./api.js";
+import { DuetPanel } from "./duet.js";
 import { SpanEditor } from "./edit.js";
 import { MelodyPanel } from "./melody.js";
 import { Player } from "./player.js";
@@ -20,6 +21,8 @@ const stage = new Stage(state, player);
 const can = (task) => ((state.models.find((m) => m.id === $("model").value) || {}).tasks || []).includes(task);
 const editor = new SpanEditor({ state, stage, player, run: runJob, can });
 const melody = new MelodyPanel({ state, stage, player, run: runJob, can, fresh: () => editor.reset(), say });
+const duet = new DuetPanel({ recorder: melody.recorder, stage, model: () => $("model").value,
+                             style: () => state.style, say });
 
 // ---- the fast decoder ----------------------------------------------------------------------------
 // After start the server builds its compiled decode step in the background (about 20 s a shape the
