@@ -177,3 +177,15 @@ def test_only_the_styles_asked_for_are_transposed(store):
         events, controls, _ = tok.decode_grid(kept[i].numpy())
         pitch = np.concatenate([events.pitch, controls.pitch])
         assert not pitch.size or (pitch.min() >= lo and pitch.max() <= hi)  # never moved
+
+
+def test_a_legato_line_rounded_onto_the_grid_is_all_melody():
+    # a melody played 20% slower: a 2.4 s note rounds to the 50 ms grid and overlaps the next note a
+    # little; it is still one line, so every note is the melody (and comes back when accompanied)
+    start = np.array([0.0, 0.6, 1.2, 3.64, 4.2])
+    end = np.append(start[1:], 4.8)
+    end[2] = 3.64  # 2.44 s: on the 50 ms grid 2.45 s
+    notes = Notes.from_arrays(start, end, [74, 72, 76, 71, 72], [80] * 5)
+    g, _ = tok.quantize(notes)
+    assert g.end[2] > g.onset[3]  # rounding made them overlap
+    assert melody(g).all() and top_line(g).all()

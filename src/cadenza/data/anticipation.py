@@ -66,7 +66,8 @@ def melody(g: GridNotes) -> np.ndarray:
 
 def top_line(g: GridNotes) -> np.ndarray:
     """The skyline of onset-ordered notes: at each onset its highest starting note, kept unless a
-    note that started earlier is still sounding above it."""
+    note that started earlier is still sounding above it (by more than the spacing of the duration
+    grid at its length: a legato line whose lengths rounding made overlap is still one line)."""
     keep = np.zeros(len(g), bool)
     if not len(g):
         return keep
@@ -75,6 +76,8 @@ def top_line(g: GridNotes) -> np.ndarray:
     firsts = np.flatnonzero(np.diff(g.onset, prepend=g.onset[0] - 1))
     bounds = np.append(firsts, len(g))
     longest = int(g.lengths[-1])
+    # a length is rounded to its grid value: a legato line may overlap by one grid spacing, not a held note
+    slack = np.append(np.diff(g.lengths), g.lengths[-1] - g.lengths[-2])
     for a, b in itertools.pairwise(bounds):
         t = g.onset[a]
         top = a + int(np.argmax(pitch[a:b]))
@@ -82,7 +85,7 @@ def top_line(g: GridNotes) -> np.ndarray:
             continue
         lo = np.searchsorted(g.onset, t - longest)  # no note that started before this still sounds
         earlier = slice(lo, a)
-        held = (end[earlier] > t) & (pitch[earlier] > pitch[top])
+        held = (end[earlier] - t > slack[g.duration[earlier]]) & (pitch[earlier] > pitch[top])
         keep[top] = not held.any()
     return keep
 

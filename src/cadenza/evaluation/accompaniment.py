@@ -3,7 +3,10 @@
 For each held-out piece of a style (the valid split's first, then the test split's), its melody
 (`anticipation.melody`) is accompanied by the model, as it is and in `variations` (transposed by
 some semitones, played some factor slower or faster), and each result is measured (`harmony.fit`:
-consonance of the bass under the melody, synchrony, the key) beside the real piece. Teacher-forced,
+consonance of the bass under the melody, synchrony, the key of the voices against the melody's)
+beside the real piece, and whether the whole result is in the real piece's key (moved with the
+melody): a melody alone often sounds in its dominant, so real chorales' voices agree with their
+melody's own key only about half the time, while the piece's key is what they are in. Teacher-forced,
 `harmony.melody_gain` says how much likelier the real lower voices are with the melody given.
 What `benchmarks/bench_accompany.py` runs for the pilots and the model card.
 """
@@ -16,13 +19,14 @@ from typing import Any
 import numpy as np
 
 from cadenza.data.anticipation import melody
+from cadenza.data.keys import transposed
 from cadenza.data.meter import Meter
 from cadenza.data.midi import Notes
-from cadenza.evaluation.harmony import fit, melody_gain
+from cadenza.evaluation.harmony import fit, key_of, melody_gain
 from cadenza.generation.generate import sample, sampling_config
 from cadenza.generation.prompt import Accompany
 
-MEASURES = ("consonant", "voices_under", "above", "synchrony", "same_key")
+MEASURES = ("consonant", "voices_under", "above", "synchrony", "same_key", "piece_key")
 
 
 @dataclass
@@ -78,7 +82,8 @@ def accompany_report(checkpoint, store, cfg: AccompanyConfig | None = None, prog
         g = store.tokenizer.decode_grid(store[p.index])[0]
         tune = melody(g)
         real_melody = tok.to_grid_notes(g.take(tune))
-        real.append(fit(real_melody, tok.to_grid_notes(g.take(~tune))))
+        piece_key = key_of(tok.to_grid_notes(g))  # the real piece's key, all its voices heard
+        real.append({**fit(real_melody, tok.to_grid_notes(g.take(~tune))), "piece_key": 1.0})
         gains.append(melody_gain(model, tok, g, tune, cfg.style, model.config.context))
         for v in cfg.variations:
             given = v.apply(real_melody)
@@ -87,9 +92,11 @@ def accompany_report(checkpoint, store, cfg: AccompanyConfig | None = None, prog
             prompt = Accompany(given) if cfg.key else _without_key(tok, Accompany(given), cfg.style)
             gen = sample(checkpoint, sampling_config(**settings), prompt)
             result, mine = gen.notes[0], gen.given[0]
+            moved_key = None if piece_key is None else transposed(piece_key, v.semitones)
             rows.append({"piece": store.manifest["pieces"][p.index].get("origin"), "variation": v.name,
                          "melody_returned": returned(result.take(mine), given), "notes": int((~mine).sum()),
-                         **fit(result.take(mine), result.take(~mine))})
+                         **fit(result.take(mine), result.take(~mine)),
+                         "piece_key": float(moved_key is not None and key_of(result) == moved_key)})
         if progress is not None:
             progress(i + 1, len(pieces))
     mean = {key: {k: float(np.nanmean([r[k] for r in rs])) for k in MEASURES} for key, rs in (("generated", rows),
