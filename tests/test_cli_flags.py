@@ -83,3 +83,14 @@ def test_train_flags_override_the_preset_and_key_value_comes_last():
     assert cfg.model.d_model == 128 and cfg.train.grad_checkpoint and not cfg.train.balance_styles
     assert cfg.train.lr == 0.02  # key=value overrides the flag
     assert cfg.model.n_layers == resolve("tiny").model.n_layers  # a flag left out leaves the preset's value
+
+
+def test_prepare_takes_a_tokenizers_options(tmp_path, capsys, fake_corpus):
+    import json
+
+    assert main(["prepare", "--corpus", "fake", "--tokenizer", "metrical", "--tokenizer-option", "lookahead=true",
+                 "--out", str(tmp_path / "s"), "--quiet", "--workers", "1"]) == 0
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["tokenizer"]["params"]["lookahead"] is True
+    assert main(["prepare", "--corpus", "fake", "--tokenizer", "metrical", "--tokenizer-option", "nope=1",
+                 "--out", str(tmp_path / "t"), "--quiet"]) == 2
+    assert "--tokenizer-option: metrical takes no nope" in capsys.readouterr().err

@@ -23,6 +23,9 @@ def register(sub) -> argparse.ArgumentParser:
                         "miditok:REMI, miditok:TSD, ...")
     s.add_argument("--valid-fraction", type=float, default=0.1)
     s.add_argument("--test-fraction", type=float, default=0.1)
+    s.add_argument("--tokenizer-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a parameter of the tokenizer, such as lookahead=true (metrical) or anticipation=1.0 "
+                        "(notes); repeatable")
     s.add_argument("--held-out-from", metavar="MODEL_OR_STORE",
                    help="hold out exactly the valid and test pieces of a shipped model or a store (by origin) "
                         "and train on the rest, so a new model is measured on the pieces an older one was")
@@ -41,8 +44,30 @@ def run(a: argparse.Namespace) -> int:
         from cadenza.evaluation.pieces import held_out_of  # lazy: only this flag reads a model's pieces
 
         held_out = held_out_of(a.held_out_from)
+    tokenizer = a.tokenizer
+    if a.tokenizer_option:
+        from cadenza.data.tokenizers import get_tokenizer  # lazy: as prepare's
+
+        options = dict(_option(o) for o in a.tokenizer_option)
+        try:
+            tokenizer = get_tokenizer(a.tokenizer, **options)
+        except TypeError as e:  # an option the tokenizer does not take
+            raise ValueError(f"--tokenizer-option: {a.tokenizer} takes no {', '.join(options)} ({e})") from None
     res = prepare(a.inputs, a.out, corpus=a.corpus, style=a.style, styles_from_folders=a.styles_from_folders,
-                  tokenizer=a.tokenizer, valid_fraction=a.valid_fraction, test_fraction=a.test_fraction,
+                  tokenizer=tokenizer, valid_fraction=a.valid_fraction, test_fraction=a.test_fraction,
                   workers=a.workers, progress=not a.quiet, held_out=held_out)
     print(res.summary())
     return 0
+
+
+def _option(text: str) -> tuple[str, object]:
+    """KEY=VALUE with VALUE read as JSON where it is (true, 1.0), else as a string."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--tokenizer-option {text!r}: write KEY=VALUE, such as lookahead=true")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
