@@ -33,6 +33,7 @@ def write_result(path: str | None, payload: dict) -> None:
     if not path:
         return
     argv = ["python", f"benchmarks/{Path(sys.argv[0]).name}", *map(portable, sys.argv[1:])]
+    payload = {k: portable(v) if isinstance(v, str) else v for k, v in payload.items()}
     out = {**payload, **environment(), "command": shlex.join(argv)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(f"{path}.tmp")
