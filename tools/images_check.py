@@ -10,7 +10,8 @@ the machine is baked into an image.
 Checks, each a line in the result:
   runtime  `cadenza --help`; `cadenza doctor --json` sees the container, FluidSynth and its SoundFont,
            the commit, and a C++ compiler for the compiled decode step; a 10 s `cadenza generate
-           --render` decodes with the compiled step, its tokens/s beside the host's (one run);
+           --render` decodes with the compiled step; its tokens/s is recorded beside the host's
+           (one run; a measure, not a check);
   devel    `jupyter lab --version`, `tensorboard --version`, a 20-step `cadenza train` on a built-in
            corpus, `pytest tests/test_docker.py`, and the commit in `cadenza doctor`.
 Build times and sizes are recorded. Without buildah, podman and mmdebstrap it says so and exits 0
@@ -137,8 +138,9 @@ def check_runtime(commit: str) -> dict:
     host = subprocess.run([sys.executable, "-m", "cadenza", *SPEED, "--out", tempfile.mkdtemp()], capture_output=True,
                           text=True, timeout=900)
     host_tps = tokens_per_s(host.stdout)
-    checks["speed_within_25pc"] = image_tps >= 0.75 * host_tps
-    return {"checks": checks, "tokens_per_s": {"image": image_tps, "host": host_tps}}
+    # recorded, never asserted: a timing depends on what else the machine runs
+    return {"checks": checks, "tokens_per_s": {"image": image_tps, "host": host_tps,
+                                                "image_over_host": round(image_tps / host_tps, 3)}}
 
 
 def check_devel(commit: str) -> dict:
@@ -179,7 +181,8 @@ def main(argv=None) -> int:
     result["seconds"] = time.monotonic() - t0
     failed = [f"{t}.{k}" for t in ("runtime", "devel") for k, ok in result[t]["checks"].items() if not ok]
     result["failed"] = failed
-    print(json.dumps({k: result[k] for k in ("timings", "sizes_gb", "failed")}, indent=1))
+    print(json.dumps({**{k: result[k] for k in ("timings", "sizes_gb", "failed")},
+                      "tokens_per_s": result["runtime"]["tokens_per_s"]}, indent=1))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
