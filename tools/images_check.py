@@ -175,7 +175,9 @@ def main(argv=None) -> int:
     build_standin(v, mounts, timings)
     for target in ("runtime", "devel"):
         build(target, mounts, commit, timings)
-    result = {"commit": commit, "versions": v, "timings": timings,
+    from cadenza.env.record import cpu_info
+
+    result = {"commit": commit, "cpu": cpu_info(), "versions": v, "timings": timings,
               "sizes_gb": {t: size_gb(f"localhost/cadenza:{t}") for t in ("runtime", "devel")},
               "runtime": check_runtime(commit), "devel": check_devel(commit)}
     result["seconds"] = time.monotonic() - t0
