@@ -156,18 +156,20 @@ def pilots_table() -> list[str]:
         moved_c = statistics.mean(v["consonant"] for v in moved) if moved else float("nan")
         follows = (inf or {}).get("follows", {}).get("mean_rise")
         rows.append(f"| {arm} | {what} | {plain['consonant']:.0%} / {moved_c:.0%} | {plain['synchrony']:.0%} | "
-                    f"{plain['same_key']:.0%} | {acc['melody_returned']}/{acc['accompaniments']} | "
+                    f"{plain['same_key']:.0%} / {plain.get('piece_key', float('nan')):.0%} | "
+                    f"{acc['melody_returned']}/{acc['accompaniments']} | "
                     f"{acc['melody_gain']['gain']:+.2f} | "
                     + (f"{inf['share_lower_with_suffix']:.0%} ({inf['unit']})" if inf else "-")
                     + f" | {'-' if follows is None else f'{follows:+.2f}'} |")
     if not rows:
         return _missing("benchmarks/results/pilots/")
     real = acc["real"]
-    return ["| arm | vocabulary | consonance, as written / moved | synchrony | same key | melody returned | "
+    return ["| arm | vocabulary | consonance, as written / moved | synchrony | key: the melody's / the piece's | "
+            "melody returned | "
             "melody gain (nats/note) | infill: likelier with the suffix | fill follows a moved suffix |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows,
             f"| real | the held-out chorales | {real['consonant']:.0%} | {real['synchrony']:.0%} | "
-            f"{real['same_key']:.0%} | | | | |", "",
+            f"{real['same_key']:.0%} / 100% | | | | |", "",
             f"<sub>`python benchmarks/bench_accompany.py ...` and `bench_infill.py ...` per arm (the commands are "
             f"in each file) · {acc.get('cpu', {}).get('model', '')} · "
             f"[benchmarks/results/pilots/](../benchmarks/results/pilots/)</sub>"]
