@@ -2,7 +2,8 @@
 
     python benchmarks/bench_duet.py --phrases 50 --out benchmarks/results/duet/duet.json
 
-* answer: from the end of the pause (the last note-off + --wait) to the answer's first note-on,
+* answer: from the end of the pause (the last note-off + --wait) to the answer's first note-on as
+  the output port received it,
   p50 / p95 / max over --phrases phrases, each answer played to its end;
 * jitter: how late each of the model's messages went out against its schedule;
 * real-time factor: seconds of music an answer holds over the seconds it took to write;
@@ -55,6 +56,7 @@ def play(into, rng, notes: int, step: float):
         into.play(mido.Message("note_on", note=pitch, velocity=90))
         time.sleep(step)
         into.play(mido.Message("note_off", note=pitch))
+    return time.monotonic()  # the phrase's end: its last note-off
 
 
 def main(argv=None) -> int:
@@ -84,14 +86,18 @@ def main(argv=None) -> int:
     into = MemoryInput(duet.feed)
     thread = threading.Thread(target=duet.run, daemon=True)
     thread.start()
+    latency = []  # from the pause's end to the answer's first note-on as the output port got it
     for k in range(a.phrases):  # each answer played to its end
-        play(into, rng, 8, 0.15)
+        mark = len(out.sent)
+        ended = play(into, rng, 8, 0.15)
         deadline = time.monotonic() + 60
         while (duet.stats.answers <= k or duet.scheduler.pending()) and time.monotonic() < deadline:
             time.sleep(0.01)
+        ons = [t for t, m in out.sent[mark:] if m.type == "note_on" and m.velocity and t > ended]
+        if ons:
+            latency.append(min(ons) - (ended + a.wait))
         print(f"\rphrase {k + 1}/{a.phrases}", end="", flush=True)
-    answers = dict(latency=list(duet.stats.latency), jitter=list(duet.scheduler.lateness),
-                   gen=list(duet.stats.generation_seconds))
+    answers = dict(latency=latency, jitter=list(duet.scheduler.lateness), gen=list(duet.stats.generation_seconds))
     stuck_after = stuck(out.take())
     memory = []
     for k in range(a.hour_phrases):  # an hour of phrases, each answer cut once it sounds

@@ -111,3 +111,20 @@ def test_port_errors_are_one_line(monkeypatch, capsys):
     with pytest.raises(ports.PortError, match=r"^no MIDI input port named 'Roland' \(this machine has: 0: "
                                               r"Keystation 49\); see cadenza duet --list-ports$"):
         ports.open_input("Roland", callback=print)
+
+
+def test_a_note_within_the_pause_drops_the_answer_unheard(playing):
+    # The answer is written while the player pauses; a note before the pause ends means the phrase
+    # goes on: nothing of that answer may sound, and it is no cut.
+    duet, into, out = playing
+    phrase(into)
+    time.sleep(duet.cfg.wait / 3)
+    into.play(mido.Message("note_on", note=60, velocity=90))
+    time.sleep(duet.cfg.wait * 2)
+    assert not any(m.type == "note_on" for _, m in out.take())
+    assert duet.stats.cut == 0 and duet.stats.answers == 0
+    into.play(mido.Message("note_off", note=60))
+    ended = time.monotonic()
+    wait_until(lambda: duet.stats.answers >= 1 and duet.scheduler.pending() == 0, timeout=60)
+    ons = [t for t, m in out.take() if m.type == "note_on"]
+    assert ons and min(ons) > ended + duet.cfg.wait - 0.05

@@ -1,12 +1,14 @@
 """The duet engine: a player plays, pauses, and the model answers, in real time.
 
 Played notes are timestamped on the monotonic clock as they arrive (`feed`, from a port's thread).
-When nothing sounds and `wait` seconds have passed since the last note ended, the model continues
-the music so far: the recent past (the last `context` seconds, the player's notes and its own
-earlier answers, as a sliding window, so an hour of play costs what a minute does) is its primer,
-and it writes `reply` seconds. Notes are scheduled as they are decoded, so the answer starts while
-the rest is still being written; its first note sounds at once, and its timing follows the
-model's. A note played during an answer cuts it: what is still to come is dropped, what sounds is
+When nothing sounds and `wait` seconds have passed since the last note ended, the model answers,
+continuing the music so far. It starts writing the moment nothing sounds, speculatively: a note
+played within the pause drops that answer unheard, and otherwise its first note is ready when the
+pause ends, so the wait is the player's, not the model's. The recent past (the last `context`
+seconds, the player's notes and its own earlier answers, as a sliding window, so an hour of play
+costs what a minute does) is its primer, and it writes `reply` seconds. Notes are scheduled as
+they are decoded, so the answer sounds while the rest is still being written, on the model's timing
+from its first note. A note played during an answer cuts it: what is still to come is dropped, what sounds is
 ended, and the engine listens again.
 """
 
@@ -68,6 +70,8 @@ class Duet:
         self._past: collections.deque = collections.deque()  # (start, end, pitch, velocity) played or answered
         self._last = 0.0  # monotonic time of the last note event played
         self._unanswered = False
+        self._pause = 0.0  # when the pause the current answer waits for ends
+        self._cut_at = 0.0
         self._cancel = threading.Event()
         self._worker: threading.Thread | None = None
         self.stop = threading.Event()
@@ -101,7 +105,7 @@ class Duet:
         with self._lock:
             if message.type == "note_on" and message.velocity > 0:
                 if self._replying():
-                    self._cut(at)
+                    self._cut(at, heard=at >= self._pause)
                 self._open[message.note] = (at, message.velocity)
                 self.stats.played += 1
             elif message.note in self._open:
@@ -119,28 +123,27 @@ class Duet:
         """Listen, and answer each phrase once the player pauses, until `stop` is set."""
         try:
             while not self.stop.wait(0.002):
-                with self._lock:
-                    due = (self._unanswered and not self._open and not self._replying()
-                           and time.monotonic() >= self._last + self.cfg.wait)
-                    if due:
+                with self._lock:  # started under the lock: a note played now cancels this answer
+                    if self._unanswered and not self._open and not self._replying():
                         self._unanswered = False
-                        pause, past = self._last + self.cfg.wait, list(self._past)
-                if due:
-                    self._cancel.clear()
-                    self._worker = threading.Thread(target=self._answer, args=(pause, past), name="duet-answer",
-                                                    daemon=True)
-                    self._worker.start()
+                        self._pause = self._last + self.cfg.wait
+                        self._cancel.clear()
+                        self._worker = threading.Thread(target=self._answer, args=(self._pause, list(self._past)),
+                                                        name="duet-answer", daemon=True)
+                        self._worker.start()
         finally:
             self.close()
 
     def _replying(self) -> bool:
         return (self._worker is not None and self._worker.is_alive()) or self.scheduler.pending() > 0
 
-    def _cut(self, at: float) -> None:
-        """The player plays on: the answer stops (its notes so far stay in the past, ended now)."""
+    def _cut(self, at: float, heard: bool = True) -> None:
+        """The player plays on: the answer stops (its notes so far stay in the past, ended now). An
+        answer not yet `heard` (the pause had not ended) is dropped without a trace."""
         self._cancel.set()
         self.scheduler.silence()
-        self.stats.cut += 1
+        self.stats.cut += heard
+        self._cut_at = at
         self._past = collections.deque((s, min(e, at), p, v) for s, e, p, v in self._past if s < at)
 
     def _answer(self, pause: float, past: list) -> None:
@@ -157,8 +160,11 @@ class Duet:
             sample(self.checkpoint, cfg, prompt, on_tokens=timing, build_compiled=False)
         except _CutIn:
             pass
-        self.stats.generation_seconds.append(time.monotonic() - t0)
-        self.stats.answers += 1
+        seconds = time.monotonic() - t0
+        self._cancel.wait(max(0.0, pause - time.monotonic()))  # written within the pause: heard once it ends
+        timing.heard()
+        if timing.counted:
+            self.stats.generation_seconds.append(seconds)
 
     def close(self) -> None:
         """Every note ended, all-notes-off sent, the answer stopped."""
@@ -171,18 +177,32 @@ class Duet:
 
 class _Timing:
     """The sampler's callback for one answer: cut when the player plays on, else schedule each note
-    as soon as it is decoded, the first at once, the rest on the model's timing after it."""
+    as soon as it is decoded, the first when the pause ends (at once if it has), the rest on the
+    model's timing after it."""
 
     def __init__(self, duet: Duet, prompt: Prompt, pause: float):
         self.duet, self.prompt, self.pause = duet, prompt, pause
         self.pad = prompt.tokenizer.pad_id
         self.first: tuple[float, float] | None = None  # (model time, monotonic time) of the first note
         self.done = 0
+        self.counted = False
+
+    def heard(self) -> None:
+        """Count the answer, and its latency, once its pause has ended with no note played in it."""
+        duet = self.duet
+        with duet._lock:
+            if self.counted or time.monotonic() < self.pause or (duet._cancel.is_set() and duet._cut_at < self.pause):
+                return
+            self.counted = True
+            duet.stats.answers += 1
+            if self.first is not None:
+                duet.stats.latency.append(self.first[1] - self.pause)
 
     def __call__(self, first: int, tokens) -> None:
         duet = self.duet
         if duet._cancel.is_set():
             raise _CutIn
+        self.heard()
         notes = self.prompt.notes_of([t for t in tokens[0].tolist() if t != self.pad])
         new = notes.take(~self.prompt.given_of(notes)).by_time()
         if len(new) <= self.done:
@@ -191,9 +211,8 @@ class _Timing:
             if duet._cancel.is_set():
                 raise _CutIn
             for i in range(self.done, len(new)):
-                if self.first is None:
-                    self.first = (float(new.start[i]), time.monotonic() + LEAD)
-                    duet.stats.latency.append(self.first[1] - self.pause)
+                if self.first is None:  # at the pause's end, or at once if it is over
+                    self.first = (float(new.start[i]), max(self.pause, time.monotonic() + LEAD))
                 model, wall = self.first
                 start, end = wall + new.start[i] - model, wall + new.end[i] - model
                 duet.scheduler.play(start, end, int(new.pitch[i]), int(new.velocity[i]))
