@@ -141,6 +141,12 @@ PILOTS = {"a": "notes, given notes 1 s early (today's)", "b": "notes, given note
           "e": "d, + Bach transposed within its range (+-6)"}
 
 
+def _infill_cell(inf: dict) -> str:
+    if inf["spans"] < 30:  # too few spans could be cut to say anything
+        return f"- ({inf['spans']} span{'s' * (inf['spans'] != 1)} scorable)"
+    return f"{inf['share_lower_with_suffix']:.0%} ({inf['unit']})"
+
+
 def pilots_table() -> list[str]:
     """One row per pilot arm: accompaniment of held-out melodies (as written, then moved and played
     at another tempo), the teacher-forced melody gain, infilling."""
@@ -159,7 +165,7 @@ def pilots_table() -> list[str]:
                     f"{plain['same_key']:.0%} / {plain.get('piece_key', float('nan')):.0%} | "
                     f"{acc['melody_returned']}/{acc['accompaniments']} | "
                     f"{acc['melody_gain']['gain']:+.2f} | "
-                    + (f"{inf['share_lower_with_suffix']:.0%} ({inf['unit']})" if inf else "-")
+                    + (_infill_cell(inf) if inf else "-")
                     + f" | {'-' if follows is None else f'{follows:+.2f}'} |")
     if not rows:
         return _missing("benchmarks/results/pilots/")
