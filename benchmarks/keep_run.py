@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -56,15 +55,9 @@ def portable(command: str) -> str:
     """The command with absolute paths written relative to the repository (``../shared/data/...``):
     the record is read on other machines, and the docs never name this one's folders. `--quiet`
     (no progress bars, for the queue's log files) is left out: it changes nothing in the result."""
-    root = RESULTS.parent.parent
-    words = []
-    for w in command.split(" "):
-        if w == "--quiet":
-            continue
-        if w.startswith("/") and Path(w).exists():
-            w = os.path.relpath(w, root)
-        words.append(w)
-    return " ".join(words)
+    from _record import portable as relative
+
+    return " ".join(relative(w) for w in command.split(" ") if w != "--quiet")
 
 
 def interrupted(run: Path) -> dict:
