@@ -193,3 +193,16 @@ def test_a_bar_span_scores_the_same_music_with_and_without_its_suffix(lookahead)
     assert np.array_equal(scored["plain"], scored["anticipatory"]) and scored["plain"].size > 10
     assert (getattr(t, "ahead_id", None) in enc["anticipatory"][0].tolist()) == lookahead
     assert not np.isin(scored["plain"], np.arange(t.control_offset, t.duration_offset)).any()
+
+
+def test_the_last_bar_of_a_span_is_its_music_after_its_second_to_last_bar_line():
+    from cadenza.evaluation.bar_spans import BarSpan, encodings, last_bar
+
+    t, g = chorale(True)
+    span = BarSpan(g, 1 * 12 + 36, 1 * 12 + 3 * 36, 0, None, True)  # bars 2-3
+    for ids, mask in encodings(t, span).values():
+        last = last_bar(t, ids, mask)
+        inside = np.flatnonzero(last)
+        assert last.sum() < mask.sum() and (mask | ~last).all()
+        assert ids[inside[-1]] == t.bar_id and (ids[inside[:-1]] != t.bar_id).all()  # one bar, closed by its line
+        assert np.count_nonzero(ids[np.flatnonzero(mask)] == t.bar_id) == 3  # opens bar 2, opens 3, closes 3

@@ -15,7 +15,7 @@ from cadenza.data.tokenizers.note_grid import GridNotes
 from cadenza.data.tokenizers.notes import NoteTokenizer
 from cadenza.evaluation.anticipation import duration_shares, evaluate_anticipation
 from cadenza.evaluation.harmony import harmony, under_melody
-from cadenza.evaluation.spans import Span, encodings, span_music, span_nll
+from cadenza.evaluation.spans import Span, encodings, given_only, span_music, span_nll
 from tests.conftest import styled_pieces, tiny_config
 
 
@@ -82,6 +82,25 @@ def test_the_span_nll_scores_each_marked_token_given_the_tokens_before_it(notes_
             logits, _ = model(torch.as_tensor(ids[:k])[None])
             by_hand -= float(torch.log_softmax(logits[0, -1].double(), -1)[ids[k]])
     assert total == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_a_span_is_scored_among_the_ids_the_model_may_write(notes_model):
+    # the sampler never lets the model write a given note's id: the span's tokens are scored with
+    # those ids left out and the rest renormalised, which can only make each marked token likelier
+    tok, span = _hand_made_span()
+    ids, mask = encodings(tok, span)["anticipatory"]
+    never = given_only(tok)
+    never = np.pad(never, (0, notes_model.config.vocab_size - never.size))  # the model's style ids come after
+    assert never[tok.control_offset] and not never[tok.note_offset] and not never[ids[mask]].any()
+    total, n = span_nll(notes_model, ids, mask, never)
+    by_hand = 0.0
+    with torch.no_grad():
+        for k in np.flatnonzero(mask):
+            logits = notes_model(torch.as_tensor(ids[:k])[None])[0][0, -1].double()
+            p = torch.softmax(logits, -1)
+            by_hand -= float(torch.log(p[ids[k]] / p[torch.as_tensor(~never)].sum()))
+    assert n == 7 and total == pytest.approx(by_hand, rel=1e-6)
+    assert total < span_nll(notes_model, ids, mask)[0]
 
 
 @pytest.fixture(scope="module")

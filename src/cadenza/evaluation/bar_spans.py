@@ -14,7 +14,9 @@ two ways (no key in either):
 The span's music is every token that is not a given note's (its CONTROL_NOTE, DURATION, an
 INSTRUMENT before it; an AHEAD block) nor a TEMPO (a window with given notes states only its first)
 from the one after the prefix's last note to the BAR that closes the span, included; its NLL is
-their sum.
+their sum, each scored among the ids the model may write (`spans.given_only` are the prompt's).
+Only the span's last bar is shown any of the suffix (its first bar, with lookahead), so the last
+bar is also scored alone (`last_bar`).
 
 Leading into the suffix (`follows`): the span is filled twice, with the suffix as it is and moved
 by a tritone, and the last bar of each fill is compared with the first bar of the moved suffix (the
@@ -77,6 +79,12 @@ def span_music(tok, body: np.ndarray, prefix_notes: int, end: int) -> np.ndarray
     at = np.arange(body.size)
     mask = (at >= first) & (before < end) & ~given
     return mask if mask.any() and after[mask].max() >= end else np.zeros(body.size, bool)
+
+
+def last_bar(tok, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The part of `mask` (a span's music) in the span's last bar: after its second-to-last BAR."""
+    bars = np.flatnonzero(mask & (ids == tok.bar_id))
+    return mask & (np.arange(ids.size) > bars[-2]) if bars.size >= 2 else mask
 
 
 def _previews(tok, body: np.ndarray) -> np.ndarray:

@@ -12,7 +12,8 @@ is) is encoded as the model's training windows encode it, two ways:
 
 The span's music, in each encoding, is every token that is not a control's (CONTROL_NOTE, its
 DURATION, an INSTRUMENT before it) from the first token after the prefix's last note to the token
-that brings the clock to the span's end, included (`span_music`); its NLL is the sum over those.
+that brings the clock to the span's end, included (`span_music`); its NLL is the sum over those,
+each token scored among the ids the model may write there (`given_only` are the prompt's, not its).
 """
 
 from __future__ import annotations
@@ -157,13 +158,28 @@ def draw_spans(store, tok, split: str, count: int, context: int, seed: int = 0, 
     return out
 
 
+def given_only(tok) -> np.ndarray:
+    """(vocab,) bool: the ids only a given note writes (CONTROL_NOTE; AHEAD, in a vocabulary with
+    lookahead). The prompt places them; decoding never lets the model sample one."""
+    out = np.zeros(tok.vocab_size, bool)
+    out[tok.control_offset:tok.duration_offset] = True
+    if getattr(tok, "ahead_id", -1) >= 0:
+        out[tok.ahead_id] = True
+    return out
+
+
 @torch.no_grad()
-def span_nll(model, ids: np.ndarray, mask: np.ndarray) -> tuple[float, int]:
-    """(summed NLL in nats, tokens) of the tokens `mask` marks in `ids`, each given those before it."""
+def span_nll(model, ids: np.ndarray, mask: np.ndarray, never: np.ndarray | None = None) -> tuple[float, int]:
+    """(summed NLL in nats, tokens) of the tokens `mask` marks in `ids`, each given those before it.
+    `never` (vocab,) bool: ids left out of each prediction, its rest renormalised: scored as the
+    sampler draws, where the model is never asked for a given note's id (`given_only`)."""
     last = int(np.flatnonzero(mask)[-1])
     x = torch.as_tensor(ids[:last], dtype=torch.long, device=next(model.parameters()).device)[None]
     logits, _ = model(x)
-    logp = torch.log_softmax(logits[0].double(), -1)
+    logits = logits[0].double()
+    if never is not None:
+        logits = logits.masked_fill(torch.as_tensor(never, device=logits.device), float("-inf"))
+    logp = torch.log_softmax(logits, -1)
     targets = torch.as_tensor(ids[1:last + 1], device=logp.device)
     nll = -logp.gather(1, targets[:, None])[:, 0].cpu().numpy()
     return float(nll[mask[1:last + 1]].sum()), int(mask.sum())
