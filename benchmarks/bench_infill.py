@@ -7,7 +7,8 @@ Spans of held-out pieces (2-4 whole bars on the metrical vocabulary, 4-8 s on th
 `cadenza.evaluation.bar_spans` and `.spans` say how they are cut and scored): each span's NLL given
 its prefix alone and given prefix and suffix (each token among the ids the model may write: a given
 note's are the prompt's), the share of spans the suffix makes likelier, and on bars the same for the
-span's last bar alone (the one bar shown any of the suffix, with lookahead); on bars, whether the fills of --follow spans lead into a suffix moved by a tritone (`bar_spans.follows`).
+span's last bar alone (the one bar shown any of the suffix, with lookahead); on bars, whether the
+fills of --follow spans lead into a suffix moved by a tritone (`bar_spans.follows`).
 """
 
 from __future__ import annotations

@@ -144,7 +144,9 @@ PILOTS = {"a": "notes, given notes 1 s early (today's)", "b": "notes, given note
 def _infill_cell(inf: dict) -> str:
     if inf["spans"] < 30:  # too few spans could be cut to say anything
         return f"- ({inf['spans']} span{'s' * (inf['spans'] != 1)} scorable)"
-    return f"{inf['share_lower_with_suffix']:.0%} ({inf['unit']})"
+    last = inf.get("last_bar")
+    tail = f", last bar {last['share_lower_with_suffix']:.0%}" if last else ""
+    return f"{inf['share_lower_with_suffix']:.0%} ({inf['unit']}{tail})"
 
 
 def pilots_table() -> list[str]:
