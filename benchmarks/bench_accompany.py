@@ -6,8 +6,10 @@
 For each of the first --pieces held-out pieces of --style (valid, then test), its melody is
 accompanied by the model in each variation (SEMITONES:FACTOR, FACTOR 1.2 is 20% slower), and
 measured (`cadenza.evaluation.harmony`): bass-melody consonance, notes starting with two others,
-the key, beside the real pieces; and teacher-forced, how much likelier the real lower voices are
-with the melody given. --data is a store of the same pieces in the checkpoint's vocabulary.
+the key, beside the real pieces (--classify: and the style a classifier calls each; --live: each
+melody note answered where it sounds, as when it is played); and teacher-forced, how much likelier
+the real lower voices are with the melody given. --data is a store of the same pieces in the
+checkpoint's vocabulary.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def main(argv=None) -> int:
     from _record import write_result
 
     from cadenza.data.store import TokenStore
-    from cadenza.evaluation.accompaniment import AccompanyConfig, Variation, accompany_report
+    from cadenza.evaluation.accompaniment import CLASSIFIED, AccompanyConfig, Variation, accompany_report
+    from cadenza.evaluation.styles import classifier_report
     from cadenza.models import checkpoint as ckpt
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,6 +35,10 @@ def main(argv=None) -> int:
     ap.add_argument("--variations", default="0:1", help="SEMITONES:FACTOR, comma-separated (0:1,-6:1,0:1.2)")
     ap.add_argument("--no-key", action="store_true", help="give a model with KEY tokens no key")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--live", action="store_true",
+                    help="answer each melody note where it sounds, without looking ahead (as when it is played)")
+    ap.add_argument("--classify", action="store_true",
+                    help="also say which style a classifier trained on --data's train split calls each result")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--label", help="what this run is (recorded)")
@@ -42,10 +49,17 @@ def main(argv=None) -> int:
     store = TokenStore(a.data)
     if not store.tokenizer.same_as(loaded.meta["tokenizer"], ids_only=True):
         raise SystemExit(f"{a.data} was tokenized differently from {a.checkpoint}'s training data")
-    cfg = AccompanyConfig(a.style, a.pieces, variations, a.seed, not a.no_compile, not a.no_key, a.temperature)
+    cfg = AccompanyConfig(a.style, a.pieces, variations, a.seed, not a.no_compile, not a.no_key, a.temperature,
+                          a.live)
     t0 = time.perf_counter()
+    clf, extra = None, {}
+    if a.classify:
+        if (n := len(store.styles or ())) < 2:
+            raise SystemExit(f"--classify: {a.data} has {n} style; a style classifier needs two or more")
+        clf, real = classifier_report(store, CLASSIFIED, a.seed)
+        extra["classifier"] = real["report"]
     report = accompany_report(loaded, store, cfg, progress=lambda i, n: print(f"\r{i}/{n} pieces", end="",
-                                                                              file=sys.stderr))
+                                                                              file=sys.stderr), classifier=clf)
     gen, real, gain = report["generated"], report["real"], report["melody_gain"]
     print(f"\n{a.checkpoint}: {report['accompaniments']} accompaniments of {report['pieces']} melodies, "
           f"{report['melody_returned']} returned note for note")
@@ -55,7 +69,7 @@ def main(argv=None) -> int:
           f"{gain['with_melody']:.3f} with)")
     write_result(a.out, {"benchmark": "accompany", "label": a.label, "checkpoint": a.checkpoint,
                          "step": loaded.step, "tokenizer": loaded.tokenizer.name, "data": a.data,
-                         "seconds": time.perf_counter() - t0, **report})
+                         "seconds": time.perf_counter() - t0, **report, **extra})
     return 0
 
 

@@ -22,10 +22,12 @@ from cadenza.data.anticipation import melody
 from cadenza.data.keys import transposed
 from cadenza.data.meter import Meter
 from cadenza.data.midi import Notes
+from cadenza.evaluation.features import excerpt, style_features
 from cadenza.evaluation.harmony import fit, key_of, melody_gain
 from cadenza.generation.generate import sample, sampling_config
 from cadenza.generation.prompt import Accompany
 
+CLASSIFIED = 30.0  # seconds of a result the style classifier reads, as it reads the real pieces
 MEASURES = ("consonant", "voices_under", "above", "synchrony", "same_key", "piece_key")
 
 
@@ -57,6 +59,7 @@ class AccompanyConfig:
     compile: bool = True
     key: bool = True  # give a vocabulary with KEY tokens the melody's key (else NO_KEY)
     temperature: float = 1.0
+    live: bool = False  # answer each melody note where it sounds, as when it is played (no lookahead)
 
 
 def held_out(store, style: str, count: int) -> list:
@@ -71,9 +74,12 @@ def returned(result: Notes, want: Notes) -> bool:
                                         for f in ("start", "end", "pitch", "velocity"))
 
 
-def accompany_report(checkpoint, store, cfg: AccompanyConfig | None = None, progress=None) -> dict[str, Any]:
+def accompany_report(checkpoint, store, cfg: AccompanyConfig | None = None, progress=None,
+                     classifier=None) -> dict[str, Any]:
     """Every held-out melody accompanied in every variation, measured, beside the real pieces; the
-    teacher-forced melody gain of each piece. Means over pieces (and variations), and every row."""
+    teacher-forced melody gain of each piece. Means over pieces (and variations), and every row.
+    With a `classifier` (a `StyleClassifier`), the style it calls each result and each real piece
+    (their first CLASSIFIED seconds), and the share called `cfg.style`."""
     cfg = cfg or AccompanyConfig()
     tok, model = checkpoint.tokenizer, checkpoint.model
     pieces = held_out(store, cfg.style, cfg.pieces)
@@ -89,14 +95,18 @@ def accompany_report(checkpoint, store, cfg: AccompanyConfig | None = None, prog
             given = v.apply(real_melody)
             settings = {"style": cfg.style, "seed": cfg.seed + i, "compile": cfg.compile,
                         "temperature": cfg.temperature}
-            prompt = Accompany(given) if cfg.key else _without_key(tok, Accompany(given), cfg.style)
+            task = Accompany(given, live=cfg.live)
+            prompt = task if cfg.key else _without_key(tok, task, cfg.style)
             gen = sample(checkpoint, sampling_config(**settings), prompt)
             result, mine = gen.notes[0], gen.given[0]
             moved_key = None if piece_key is None else transposed(piece_key, v.semitones)
             rows.append({"piece": store.manifest["pieces"][p.index].get("origin"), "variation": v.name,
                          "melody_returned": returned(result.take(mine), given), "notes": int((~mine).sum()),
                          **fit(result.take(mine), result.take(~mine)),
-                         "piece_key": float(moved_key is not None and key_of(result) == moved_key)})
+                         "piece_key": float(moved_key is not None and key_of(result) == moved_key),
+                         **({"called": _called(classifier, result)} if classifier is not None else {})})
+        if classifier is not None:
+            real[-1]["called"] = _called(classifier, tok.to_grid_notes(g))
         if progress is not None:
             progress(i + 1, len(pieces))
     mean = {key: {k: float(np.nanmean([r[k] for r in rs])) for k in MEASURES} for key, rs in (("generated", rows),
@@ -104,11 +114,19 @@ def accompany_report(checkpoint, store, cfg: AccompanyConfig | None = None, prog
     by_variation = {v.name: {k: float(np.nanmean([r[k] for r in rows if r["variation"] == v.name])) for k in MEASURES}
                     for v in cfg.variations}
     gain = {k: float(np.mean([x[k] for x in gains])) for k in ("with_melody", "without_melody", "gain")}
+    if classifier is not None:
+        for key, rs in (("generated", rows), ("real", real)):
+            mean[key]["called_style"] = float(np.mean([r["called"] == cfg.style for r in rs])) if rs else float("nan")
     return {"style": cfg.style, "pieces": len(pieces), "accompaniments": len(rows),
             "melody_returned": int(sum(r["melody_returned"] for r in rows)), **mean, "by_variation": by_variation,
             "melody_gain": gain, "per_piece_gain": gains, "rows": rows,
-            "settings": {"seed": cfg.seed, "key": cfg.key, "temperature": cfg.temperature,
+            "settings": {"seed": cfg.seed, "key": cfg.key, "temperature": cfg.temperature, "live": cfg.live,
                          "variations": [v.name for v in cfg.variations]}}
+
+
+def _called(classifier, notes: Notes) -> str:
+    """The style `classifier` calls the first CLASSIFIED seconds of `notes`."""
+    return str(classifier.predict(np.array([style_features(excerpt(notes, 0.0, CLASSIFIED))]))[0])
 
 
 def _without_key(tok, task: Accompany, style: str | None):
