@@ -2,7 +2,7 @@
 
     python benchmarks/bench_generate.py
     python benchmarks/bench_generate.py --new-tokens 256 --batches 1 8 --repeats 3
-    python benchmarks/bench_generate.py --vocab notes
+    python benchmarks/bench_generate.py --vocab notes      # or metrical
 
 Same model size for all (d 256, 4 layers, 4 heads, ffn 1024, context 512), untrained weights, the
 vocabulary of `--vocab` (`performance`: the 388-event one, 391 ids, a 1-token prompt: BOS; `notes`:
@@ -37,12 +37,21 @@ ABLATION = "Inductor attention"
 SIZE = dict(d_model=256, n_layers=4, n_heads=4, d_ff=1024, context=512, dropout=0.0)
 # Per vocabulary: its tokenizer, and the style of the prompt (None: the vocabulary has none).
 VOCABS = {"performance": (lambda: PerformanceTokenizer(), None),
-          "notes": (lambda: shipped_tokenizer(), "bach")}  # the shipped `styles` model's, its styles included
+          "notes": (lambda: shipped_tokenizer(), "bach"),  # the shipped `styles` model's, its styles included
+          "metrical": (lambda: metrical_tokenizer(), "bach")}  # bars and beats, with lookahead, the same styles
 
 
 def shipped_tokenizer():
     """The shipped model's tokenizer, as its checkpoint records it (the note vocabulary, 718 ids)."""
     return ckpt.load_tokenizer(DEFAULT)
+
+
+def metrical_tokenizer():
+    """The metrical vocabulary the `bars` preset trains on (lookahead), with the shipped model's styles."""
+    from cadenza.data.tokenizers import Styled
+    from cadenza.data.tokenizers.metrical import MetricalTokenizer
+
+    return Styled(MetricalTokenizer(lookahead=True), shipped_tokenizer().styles)
 
 
 def vocabulary(vocab: str):

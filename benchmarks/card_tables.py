@@ -156,6 +156,7 @@ def pilots_table() -> list[str]:
     rows = []
     for arm, what in PILOTS.items():
         acc, inf = _read(folder / f"{arm}-accompany.json"), _read(folder / f"{arm}-infill.json")
+        live = _read(folder / f"{arm}-accompany-live.json")
         if acc is None:
             continue
         by = acc["by_variation"]
@@ -163,7 +164,9 @@ def pilots_table() -> list[str]:
         moved = [v for k, v in by.items() if k != "+0 st, x1"]
         moved_c = statistics.mean(v["consonant"] for v in moved) if moved else float("nan")
         follows = (inf or {}).get("follows", {}).get("mean_rise")
-        rows.append(f"| {arm} | {what} | {plain['consonant']:.0%} / {moved_c:.0%} | {plain['synchrony']:.0%} | "
+        live_c = "-" if live is None else f"{live['generated']['consonant']:.0%} / {acc['generated']['consonant']:.0%}"
+        rows.append(f"| {arm} | {what} | {plain['consonant']:.0%} / {moved_c:.0%} | {live_c} | "
+                    f"{plain['synchrony']:.0%} | "
                     f"{plain['same_key']:.0%} / {plain.get('piece_key', float('nan')):.0%} | "
                     f"{acc['melody_returned']}/{acc['accompaniments']} | "
                     f"{acc['melody_gain']['gain']:+.2f} | "
@@ -172,11 +175,12 @@ def pilots_table() -> list[str]:
     if not rows:
         return _missing("benchmarks/results/pilots/")
     real = acc["real"]
-    return ["| arm | vocabulary | consonance, as written / moved | synchrony | key: the melody's / the piece's | "
+    return ["| arm | vocabulary | consonance, as written / moved | consonance live / looking ahead | synchrony | "
+            "key: the melody's / the piece's | "
             "melody returned | "
             "melody gain (nats/note) | infill: likelier with the suffix | fill follows a moved suffix |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows,
-            f"| real | the held-out chorales | {real['consonant']:.0%} | {real['synchrony']:.0%} | "
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|", *rows,
+            f"| real | the held-out chorales | {real['consonant']:.0%} | | {real['synchrony']:.0%} | "
             f"{real['same_key']:.0%} / 100% | | | | |", "",
             f"<sub>`python benchmarks/bench_accompany.py ...` and `bench_infill.py ...` per arm (the commands are "
             f"in each file) · {acc.get('cpu', {}).get('model', '')} · "
