@@ -245,3 +245,20 @@ def compiling(monkeypatch, tmp_path):
     """`allow_compiling` into an empty cache, tmp_path (returned), for one test."""
     allow_compiling(monkeypatch, tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def metrical_run(tmp_path_factory):
+    """Two styles of random pieces on the metrical vocabulary with lookahead, a tiny model on them.
+    -> (the loaded checkpoint, the store)"""
+    import cadenza
+    from cadenza.data.tokenizers.metrical import MetricalTokenizer
+    from cadenza.models import checkpoint as ckpt
+
+    root = tmp_path_factory.mktemp("metrical")
+    styled_pieces(root / "in", per_style=8, notes=40)
+    store = cadenza.prepare(root / "in", root / "store", styles_from_folders=True, workers=1, progress=False,
+                            tokenizer=MetricalTokenizer(lookahead=True), valid_fraction=0.3,
+                            test_fraction=0.2).store
+    cadenza.train(tiny_config(context=256, steps=4), store.path, root / "run", progress=False)
+    return ckpt.load(root / "run", "cpu"), store

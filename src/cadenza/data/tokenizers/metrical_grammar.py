@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from cadenza.data.tokenizers.metrical_grid import METERS, QPM, TPQ, bar_signature, meter_ticks
-from cadenza.data.tokenizers.note_grammar import FREE, NEVER, NoteGrammar
+from cadenza.data.tokenizers.note_grammar import FREE, NoteGrammar
 from cadenza.data.tokenizers.note_grid import GridNotes, Plan
 
 OPENED, METERED, TEMPOED, PLACED = 1, 2, 3, 0  # where a row is in its bar: after BAR, METER, TEMPO, a POS
@@ -52,6 +52,33 @@ class MetricalGrammar(NoteGrammar):
         self.in_ahead = torch.zeros(batch, dtype=torch.bool, device=device)  # inside a preview block
         self.pv_at = z - 1  # position in the forced preview tokens; -1: not forcing
         self.pv_bar = z - 1  # the bar whose preview is written
+        self._time_tables(tok, device)
+
+    def _time_tables(self, tok, device) -> None:
+        """Per token id, what it is for time, so a step is two row lookups: the flags BAR, METER,
+        POS, TEMPO, a control's CONTROL_NOTE or DURATION (a preview's, inside one), AHEAD; the values
+        a METER's bar length, a POS's tick, a TEMPO's index, the stage in the bar it leads to."""
+        ids = torch.arange(tok.vocab_size)
+        meter = (ids >= tok.meter_offset) & (ids < tok.note_offset)
+        pos = (ids >= tok.pos_offset) & (ids < tok.tempo_offset)
+        tempo = (ids >= tok.tempo_offset) & (ids < tok.meter_offset)
+        self.kinds = torch.stack([ids == tok.bar_id, meter, pos, tempo,
+                                  (ids >= tok.control_offset) & (ids < tok.velocity_offset),
+                                  ids == getattr(tok, "ahead_id", -1)], 1).to(device)
+        bar_len = self.meter_ticks.cpu()[(ids - tok.meter_offset).clamp(0, len(METERS) - 1)]
+        # where in its bar a row is after the token (-1: where it was): a note's tokens and a POS
+        # place it (a preview's do not: `quiet`)
+        stage = torch.where(pos | ((ids >= tok.note_offset) & (ids < tok.pad_id)), PLACED, -1)
+        stage = torch.where(ids == tok.bar_id, OPENED, torch.where(meter, METERED, torch.where(tempo, TEMPOED, stage)))
+        self.values = torch.stack([torch.where(meter, bar_len, 0), torch.where(pos, ids - tok.pos_offset, 0),
+                                   torch.where(tempo, (ids - tok.tempo_offset).clamp(0, QPM.size - 1), 0), stage],
+                                  1).to(device)
+        self.per_tick = 60.0 / (self.qpm.double() * TPQ)  # the seconds of a tick, by TEMPO index
+        self.previews = bool(self.pv_end[-1] > 0)  # only a plan with previews keeps their state
+        self.meters_forced = bool((self.forced_meter >= 0).any())
+        self.quiet = torch.zeros_like(self.in_ahead)
+        self.at = {"pos": tok.pos_offset, "bar": tok.bar_id, "meter": tok.meter_offset, "tempo": tok.tempo_offset,
+                   "eos": tok.eos_id}  # ids read at every step, not through the styled tokenizer
 
     def _plan_bars(self, tok, device) -> None:
         """The METER each bar of the plan's music must open with (-1: none may), by bar index."""
@@ -81,46 +108,43 @@ class MetricalGrammar(NoteGrammar):
 
     # ---- state -------------------------------------------------------------------------------
     def _quiet(self, x: torch.Tensor) -> torch.Tensor:
-        return self.in_ahead & (x >= self.tok.control_offset) & (x < self.tok.velocity_offset)
+        return self.quiet  # this step's, from `_step`'s lookup
 
     def _step(self, x: torch.Tensor) -> None:
-        quiet = self._quiet(x)
+        bar, meter, pos, tempo, control, ahead = self.kinds[x].unbind(1)
+        bar_len, tick, tempo_at, stage = self.values[x].unbind(1)
+        self.quiet = self.in_ahead & control
         super()._step(x)  # the note state; time tokens and previews leave it as it was
-        tok = self.tok
-        ahead = x == getattr(tok, "ahead_id", -1)
-        self.in_ahead = quiet | ahead
-        self.pv_bar = torch.where(ahead, self.bars - 1, self.pv_bar)
-        going = (self.pv_at >= 0) & (x != tok.pad_id)
-        j = (self.bars - 1).clamp(min=0, max=self.pv_end.numel() - 1)
-        self.pv_at = torch.where(going, self.pv_at + 1, self.pv_at)
-        self.pv_at = torch.where(going & (self.pv_at >= self.pv_end[j]), -1, self.pv_at)
-        bar, meter = x == tok.bar_id, (x >= tok.meter_offset) & (x < tok.note_offset)
-        pos, tempo = (x >= tok.pos_offset) & (x < tok.tempo_offset), (x >= tok.tempo_offset) & (x < tok.meter_offset)
+        self.in_ahead = self.quiet | ahead
+        if self.previews:
+            self.pv_bar = torch.where(ahead, self.bars - 1, self.pv_bar)
+            going = (self.pv_at >= 0) & (x != self.tok.pad_id)
+            j = (self.bars - 1).clamp(min=0, max=self.pv_end.numel() - 1)
+            self.pv_at = torch.where(going, self.pv_at + 1, self.pv_at)
+            self.pv_at = torch.where(going & (self.pv_at >= self.pv_end[j]), -1, self.pv_at)
         start = torch.where(bar, self.bar_start + self.bar_len * (self.bars > 0), self.bar_start)
-        self.bar_len = torch.where(meter, self.meter_ticks[(x - tok.meter_offset).clamp(0, len(METERS) - 1)],
-                                   self.bar_len)
-        clock = torch.where(pos, start + (x - tok.pos_offset), torch.where(bar, start, self.clock))
-        per_tick = 60.0 / (self.qpm[self.tempo] * TPQ)
-        self.seconds = self.seconds + (clock - self.clock) * per_tick
+        self.bar_len = torch.where(meter, bar_len, self.bar_len)
+        clock = torch.where(pos, start + tick, torch.where(bar, start, self.clock))
+        self.seconds = self.seconds + (clock - self.clock) * self.per_tick[self.tempo]
         self.clock, self.bar_start = clock, start
-        self.tempo = torch.where(tempo, (x - tok.tempo_offset).clamp(0, QPM.size - 1), self.tempo)
-        self.bars = self.bars + bar.long()
-        self.pos_set = (self.pos_set & ~bar) | pos
-        stage = torch.where(bar, OPENED, torch.where(meter, METERED, torch.where(tempo, TEMPOED, self.stage)))
-        self.stage = torch.where(pos | ((x >= tok.note_offset) & (x < tok.pad_id) & ~quiet), PLACED, stage)
+        self.tempo = torch.where(tempo, tempo_at, self.tempo)
+        self.bars = self.bars + bar
+        self.pos_set = torch.where(bar | pos, pos, self.pos_set)
+        self.stage = torch.where((stage >= 0) & ~self.quiet, stage, self.stage)
 
     # ---- masks --------------------------------------------------------------------------------
     def allowed(self) -> torch.Tensor:
         m = super().allowed()
-        j = (self.bars - 1).clamp(min=0, max=self.pv_end.numel() - 1)
-        meter_due = (self.stage == OPENED) & (self.forced_meter[j.clamp(max=self.forced_meter.numel() - 1)] >= 0)
-        due = ((self.phase == FREE) & (self.pv_at < 0) & ~self.pos_set & (self.bars > 0) & (self.stage != PLACED)
-               & (self.pv_bar != self.bars - 1) & ~meter_due & (self.pv_start[j] < self.pv_end[j]))
-        self.pv_at = torch.where(due, self.pv_start[j], self.pv_at)
-        rows = torch.nonzero(self.pv_at >= 0).flatten()
-        if rows.numel():  # the next bar's given notes, shown after this bar's line
-            m[rows] = False
-            m[rows, self.pv_tokens[self.pv_at[rows]]] = True
+        if self.previews:  # the next bar's given notes, shown after this bar's line
+            j = (self.bars - 1).clamp(min=0, max=self.pv_end.numel() - 1)
+            meter_due = (self.stage == OPENED) & (self.forced_meter[j.clamp(max=self.forced_meter.numel() - 1)] >= 0)
+            due = ((self.phase == FREE) & (self.pv_at < 0) & ~self.pos_set & (self.bars > 0) & (self.stage != PLACED)
+                   & (self.pv_bar != self.bars - 1) & ~meter_due & (self.pv_start[j] < self.pv_end[j]))
+            self.pv_at = torch.where(due, self.pv_start[j], self.pv_at)
+            rows = torch.nonzero(self.pv_at >= 0).flatten()
+            if rows.numel():
+                m[rows] = False
+                m[rows, self.pv_tokens[self.pv_at[rows]]] = True
         if self.has_length:  # a row at its length has nothing more to write: it ends (or pads)
             done = torch.nonzero(self.finished()).flatten()
             if done.numel():
@@ -135,28 +159,31 @@ class MetricalGrammar(NoteGrammar):
         return super()._event_room(count) & self.pos_set
 
     def _mask_time(self, m: torch.Tensor, key: torch.Tensor | None) -> None:
-        tok, free = self.tok, self.phase == FREE
-        nxt = key if key is not None else torch.full_like(self.clock, NEVER)
-        # a position later than the last (any after a BAR), inside the bar, not past the next control
-        at = self.bar_start[:, None] + self.pos_ticks[None]
-        pos = (at >= (self.clock + self.pos_set.long())[:, None]) & (self.pos_ticks[None] < self.bar_len[:, None])
-        pos &= (at <= nxt[:, None]) & (free & (self.bars > 0))[:, None]  # the first bar opens with BAR
-        bar_end = self.bar_start + self.bar_len * (self.bars > 0)
-        bar = free & (nxt >= bar_end) & self._may_open()
-        j = (self.bars - 1).clamp(min=0, max=self.forced_meter.numel() - 1)  # the bar now open
-        opened = free & (self.stage == OPENED)
-        forced = opened & (self.forced_meter[j] >= 0) & (self.bars > 0)
-        meter = opened & (not self.fixed)
-        tempo = free & ((self.stage == OPENED) | (self.stage == METERED)) & (not self.fixed)
-        m.narrow(1, tok.pos_offset, self.pos_ticks.numel()).copy_(pos)
-        m[:, tok.bar_id] = bar
-        m.narrow(1, tok.meter_offset, len(METERS)).copy_(meter[:, None].expand(-1, len(METERS)))
-        m.narrow(1, tok.tempo_offset, QPM.size).copy_(tempo[:, None].expand(-1, QPM.size))
-        m[:, tok.eos_id] &= self._may_end()
-        rows = torch.nonzero(forced).flatten()
-        if rows.numel():  # the given music's meter opens this bar
-            m[rows] = False
-            m[rows, self.forced_meter[j[rows]]] = True
+        at, free, opened = self.at, self.phase == FREE, self.stage == OPENED
+        started = self.bars > 0
+        # a position later than the last (any after a BAR), inside the bar, not past the next
+        # control; the first bar opens with BAR
+        lo = self.clock + self.pos_set - self.bar_start
+        hi = self.bar_len if key is None else torch.minimum(self.bar_len, key - self.bar_start + 1)
+        pos = (self.pos_ticks >= lo[:, None]) & (self.pos_ticks < hi[:, None]) & (free & started)[:, None]
+        m.narrow(1, at["pos"], self.pos_ticks.numel()).copy_(pos)
+        bar = free if key is None else free & (key >= self.bar_start + self.bar_len * started)
+        m[:, at["bar"]] = bar & self._may_open() if self.target_bars is not None else bar
+        meters, tempos = m.narrow(1, at["meter"], len(METERS)), m.narrow(1, at["tempo"], QPM.size)
+        if self.fixed:
+            meters.zero_()
+            tempos.zero_()
+        else:
+            meters.copy_((free & opened)[:, None].expand(-1, len(METERS)))
+            tempos.copy_((free & (opened | (self.stage == METERED)))[:, None].expand(-1, QPM.size))
+        if self.allow_eos:  # (else EOS is never allowed)
+            m[:, at["eos"]] &= self._may_end()
+        if self.meters_forced:
+            j = (self.bars - 1).clamp(min=0, max=self.forced_meter.numel() - 1)  # the bar now open
+            rows = torch.nonzero(free & opened & (self.forced_meter[j] >= 0) & started).flatten()
+            if rows.numel():  # the given music's meter opens this bar
+                m[rows] = False
+                m[rows, self.forced_meter[j[rows]]] = True
 
     def _may_open(self) -> torch.Tensor:
         """Rows that may open another bar: under the bars asked for (their closing line included)."""
