@@ -142,7 +142,8 @@ def memory_table() -> list[str]:
 
 def generate_table(vocab: str = "performance") -> list[str]:
     """The newest generate run on `vocab` (files from before `--vocab` ran the performance one)."""
-    runs = [(p, r) for p, r in load("generate") if r.get("vocab", "performance") == vocab]
+    runs = [(p, r) for p, r in load("generate")
+            if r.get("benchmark", "generate") == "generate" and r.get("vocab", "performance") == vocab]
     if not runs:
         return missing(f"benchmarks/results/generate/, --vocab {vocab}")
     path, r = runs[-1]

@@ -54,6 +54,8 @@ def test_each_vocabulary_gets_its_own_newest_run(table, tmp_path, monkeypatch):
     _result(table.RESULTS, "generate-notes.json", 3.0, "notes", 718)
     _result(table.RESULTS, "generate-z.json", 4.5, "performance")
     _result(table.RESULTS, "generate-notes-0.json", 9.0, "notes", 718)  # sorts first: older
+    # another benchmark's file in the folder (bench_vocab_speed), newest by name: not a generate run
+    (table.RESULTS / "generate" / "vocab-speed.json").write_text(json.dumps({"benchmark": "vocab-speed", "rows": []}))
     performance, notes = "\n".join(table.TABLES["generate"]()), "\n".join(table.TABLES["generate-notes"]())
     assert "generate-z.json" in performance and "**met** (4.50x)" in performance
     assert "generate-notes.json" in notes and "**not met** (3.00x)" in notes

@@ -43,7 +43,8 @@ class MetricalGrammar(NoteGrammar):
         self.bar_len = z + meter_ticks(4, 4)
         self.pos_set = torch.zeros(batch, dtype=torch.bool, device=device)
         self.tempo = z + int(np.argmin(np.abs(QPM - 120.0)))
-        self.seconds = torch.zeros(batch, dtype=torch.float64, device=device)
+        exact = torch.float32 if torch.device(device).type == "mps" else torch.float64  # MPS has no float64
+        self.seconds = torch.zeros(batch, dtype=exact, device=device)  # kept for a length in seconds only
         self.meter_ticks = torch.tensor([meter_ticks(n, d) for n, d in METERS], device=device)
         self.qpm = torch.as_tensor(QPM, device=device)
         self.pos_ticks = torch.arange(tok.tempo_offset - tok.pos_offset, device=device)
@@ -73,7 +74,7 @@ class MetricalGrammar(NoteGrammar):
         self.values = torch.stack([torch.where(meter, bar_len, 0), torch.where(pos, ids - tok.pos_offset, 0),
                                    torch.where(tempo, (ids - tok.tempo_offset).clamp(0, QPM.size - 1), 0), stage],
                                   1).to(device)
-        self.per_tick = 60.0 / (self.qpm.double() * TPQ)  # the seconds of a tick, by TEMPO index
+        self.per_tick = (60.0 / (self.qpm.double().cpu() * TPQ)).to(device, self.seconds.dtype)  # by TEMPO index
         self.previews = bool(self.pv_end[-1] > 0)  # only a plan with previews keeps their state
         self.meters_forced = bool((self.forced_meter >= 0).any())
         self.quiet = torch.zeros_like(self.in_ahead)
@@ -125,7 +126,8 @@ class MetricalGrammar(NoteGrammar):
         start = torch.where(bar, self.bar_start + self.bar_len * (self.bars > 0), self.bar_start)
         self.bar_len = torch.where(meter, bar_len, self.bar_len)
         clock = torch.where(pos, start + tick, torch.where(bar, start, self.clock))
-        self.seconds = self.seconds + (clock - self.clock) * self.per_tick[self.tempo]
+        if self.target_seconds is not None:
+            self.seconds = self.seconds + (clock - self.clock) * self.per_tick[self.tempo]
         self.clock, self.bar_start = clock, start
         self.tempo = torch.where(tempo, tempo_at, self.tempo)
         self.bars = self.bars + bar
