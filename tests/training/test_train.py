@@ -119,6 +119,15 @@ def test_existing_run_needs_resume_and_resume_needs_a_checkpoint(store, tmp_path
         train(cfg("max_steps=2"), store, tmp_path / "empty", resume=True, progress=False)
 
 
+def test_a_run_resumes_only_on_the_store_it_was_trained_on(store, midi_folder, tmp_path):
+    train(cfg("max_steps=2", "save_every=2"), store, tmp_path / "r", progress=False)
+    other = prepare([midi_folder], tmp_path / "other", workers=1, progress=False, valid_fraction=0.5,
+                    test_fraction=0.0).store.path  # the same files, split otherwise: other windows
+    with pytest.raises(ValueError, match=r"is not the store .* was trained on .*--init"):
+        train(cfg("max_steps=4"), other, tmp_path / "r", resume=True, progress=False)
+    assert train(cfg("max_steps=4"), store, tmp_path / "r", resume=True, progress=False).step == 4
+
+
 def test_keep_last_and_best_are_kept(store, tmp_path):
     train(cfg("max_steps=12", "save_every=2", "eval_every=2", "keep_last=2"), store, tmp_path / "r", progress=False)
     steps = [s for s, _ in ckpt.list_checkpoints(tmp_path / "r")]

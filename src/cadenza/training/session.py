@@ -90,8 +90,9 @@ def setup(cfg: RunConfig, data: Path, out: Path, resume: bool, dist: DistInfo) -
     if point is not None:
         if meta["config"]["model"] != asdict(cfg.model):
             raise ValueError(f"{point}: model config differs from the resumed run's; keep the model settings")
-        if meta.get("data_fingerprint") not in (None, store.fingerprint) and dist.is_main:
-            say(f"warning: {data} is not the store this run started on")
+        if meta.get("data_fingerprint") not in (None, store.fingerprint):  # an exact resume reads the same windows
+            raise ValueError(f"{data} is not the store {out} was trained on (its manifest differs): resume with "
+                             f"that store, or fine-tune on this one in a new run (--init {out} --out NEW)")
         ckpt.load_weights(model, point)
         state = ckpt.load_state(point)
     elif tc.init:
