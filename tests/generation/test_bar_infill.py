@@ -1,5 +1,6 @@
-"""Rewriting bars: bars are numbered as a score numbers them (a pickup is bar 0), the span runs
-from bar line to bar line, and an infill in bars keeps every note outside them exactly."""
+"""Rewriting bars, and writing under a melody: bars are numbered as a score numbers them (a pickup
+is bar 0), the span runs from bar line to bar line, an infill in bars keeps every note outside them
+exactly, and an accompaniment's voices start under the melody."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from cadenza.data.meter import Meter
 from cadenza.data.midi import Notes
 from cadenza.generation.generate import sample, sampling_config
-from cadenza.generation.prompt import Infill, bar_seconds
+from cadenza.generation.prompt import Accompany, Infill, bar_seconds
 from cadenza.settings import SettingError
 
 
@@ -50,3 +51,17 @@ def test_an_infill_in_bars_keeps_every_note_outside_them(metrical_run):
         assert np.allclose(getattr(kept, f), getattr(want, f), atol=1e-6), f
     new = out.take(~given)
     assert ((new.start >= task.start - 1e-6) & (new.start < task.end - 1e-6)).all()  # only inside bars 2-3
+
+
+def test_accompanying_voices_start_under_the_melody(metrical_run):
+    # an accompaniment writes voices under its melody: no new note starts above (or on) the melody
+    # note sounding where it starts, whatever the model would like
+    checkpoint, _ = metrical_run
+    tune = _waltz(pickup=False)
+    gen = sample(checkpoint, sampling_config(seed=2, num_samples=2, compile=False), Accompany(tune))
+    for notes, given in zip(gen.notes, gen.given):
+        melody, voices = notes.take(given), notes.take(~given)
+        assert len(voices) > 0
+        for start, pitch in zip(voices.start, voices.pitch):
+            sounding = melody.pitch[(melody.start <= start + 1e-6) & (melody.end > start + 1e-6)]
+            assert not sounding.size or pitch < sounding.max()

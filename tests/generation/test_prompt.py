@@ -25,7 +25,7 @@ PINS = {
     "free": [(27, "109925489a9c15b6"), (60, "86fd6ecaa1ae15b7")],
     "continue": [(12, "f9704b8230928ba3"), (14, "dfd5eb51c6f807c1")],
     "infill": [(32, "c47efd2c3cc215f0")],
-    "accompany": [(51, "6908a3df42d5c7b3"), (82, "c597e9aa64a4a230")],
+    "accompany": [(48, "fd8b216cd3bc4a9e"), (73, "979e6c98ad08f49e")],  # voices under the melody
 }
 SETTINGS = {"free": dict(style="bach", seconds=4, seed=5, num_samples=2),
             "continue": dict(style="irish", seconds=4, seed=3, num_samples=2),

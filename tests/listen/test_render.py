@@ -112,6 +112,21 @@ def test_piano_roll_png_size_and_content(tmp_path, chord_midi):
     assert np.count_nonzero((image != blank).any(axis=2)) > 2000  # the notes were drawn
 
 
+def test_given_notes_are_drawn_in_their_own_colour(chord_midi):
+    from cadenza.data.midi import as_notes
+    from cadenza.listen.pianoroll import GIVEN
+
+    notes = as_notes(chord_midi)
+    given = np.zeros(len(notes), bool)
+    given[0] = True
+    colour = np.array([int(GIVEN[i:i + 2], 16) for i in (1, 3, 5)])
+    marked = lambda img: np.count_nonzero((np.abs(img.astype(int) - colour) <= 2).all(axis=2))  # noqa: E731
+    assert marked(piano_roll(notes)) == 0
+    with_given = piano_roll(notes, given=given)
+    assert marked(with_given) > 200  # the given note's bar and the legend's swatch
+    assert marked(piano_roll(notes, given=~given)) > marked(with_given)  # more given notes, more of the colour
+
+
 def test_piano_roll_seconds_fixes_the_time_axis():
     a = piano_roll(one_note(80, end=1.0), seconds=10.0)
     b = piano_roll(one_note(80, end=2.0), seconds=10.0)

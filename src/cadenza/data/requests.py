@@ -110,6 +110,7 @@ def _request(tok, prefix: GridNotes, controls: GridNotes, given: Notes, events_f
     placed = int(np.count_nonzero(controls.onset - tok.lead <= clock))  # written before the prompt ends
     previews = anticipate and tok.previews(task)
     body = tok.encode_prompt(prefix, controls.take(slice(0, placed)), anticipate, controls if previews else None)
-    plan = Plan(controls=controls, placed=placed, events_from=events_from, events_until=stop, previews=previews)
+    plan = Plan(controls=controls, placed=placed, events_from=events_from, events_until=stop, previews=previews,
+                under=task.startswith("accompany"))
     return Request(np.concatenate([[tok.bos_id], body]).astype(np.int64), plan, clock, stop, given,
                    task if anticipate else "autoregress", key, meter)

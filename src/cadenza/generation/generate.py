@@ -31,6 +31,7 @@ from cadenza.generation import compiled
 from cadenza.generation.config import SamplingConfig
 from cadenza.generation.prompt import Accompany, Continue, Infill, Prompt, Task, describe
 from cadenza.generation.sampler import generate_ids, sample_seeds
+from cadenza.listen.pianoroll import piano_roll
 from cadenza.listen.render import render_file
 from cadenza.models import checkpoint as ckpt
 from cadenza.models.checkpoint import Checkpoint
@@ -274,6 +275,7 @@ def _write(result: Generation, out: Path, render: bool) -> None:
     write_json(out / "generation.json", {"settings": result.config.to_dict(), "prompt": describe(result.prompt.task),
                                          "run": result.run, "samples": [
         {"file": p.name, **s, "given": int(g.sum())} for p, s, g in zip(result.paths, result.stats, result.given)]})
-    if render:
-        for p in result.paths:
-            render_file(p, wav=True, png=True)
+    if render:  # the roll from the sample's notes, so that the given ones are drawn apart
+        for p, notes, given in zip(result.paths, result.notes, result.given):
+            render_file(p, wav=True, png=False)
+            piano_roll(notes, p.with_suffix(".png"), title=p.name, given=given)

@@ -1,4 +1,5 @@
-"""Piano-roll pictures: pitch over time, velocity as colour, always 1000 x 400 pixels."""
+"""Piano-roll pictures: pitch over time, velocity as colour (given notes apart), always 1000 x 400
+pixels."""
 
 from __future__ import annotations
 
@@ -14,13 +15,18 @@ from cadenza.data.midi import as_notes, note_name
 FIGSIZE, DPI = (10.0, 4.0), 100  # piano rolls are always 1000 x 400 pixels
 
 
+GIVEN = "#e4572e"  # the colour of given notes: a primer's, or those an infill or accompaniment kept
+
+
 def piano_roll(notes, path: str | os.PathLike | None = None, title: str | None = None,
-               seconds: float | None = None) -> np.ndarray:
+               seconds: float | None = None, given: np.ndarray | None = None) -> np.ndarray:
     """Draw notes as a piano roll; return the RGB image (H, W, 3) uint8 and write a PNG if ``path``.
 
     Pitch over time in seconds (x up to ``seconds``, default the piece's end), C's labelled
-    (C4 = 60), velocity as colour with a colourbar. Always FIGSIZE * DPI = 1000 x 400 pixels, so
-    TensorBoard (``add_image(..., dataformats="HWC")``) shows samples at one scale.
+    (C4 = 60), velocity as colour with a colourbar; ``given`` (a mask over the notes) draws those
+    notes in one colour of their own, named in a legend, so new music reads apart from what it was
+    given. Always FIGSIZE * DPI = 1000 x 400 pixels, so TensorBoard (``add_image(...,
+    dataformats="HWC")``) shows samples at one scale.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
@@ -40,10 +46,15 @@ def piano_roll(notes, path: str | os.PathLike | None = None, title: str | None =
         lo, hi = mid - 7, mid + 7
     x0, x1, y = notes.start, notes.end, notes.pitch.astype(np.float64)
     verts = np.stack([np.column_stack(c) for c in ((x0, y - 0.4), (x1, y - 0.4), (x1, y + 0.4), (x0, y + 0.4))], 1)
-    coll = PolyCollection(verts, array=notes.velocity.astype(np.float64), cmap="viridis", edgecolors="none")
+    kept = np.zeros(len(notes), bool) if given is None else np.asarray(given, bool)
+    coll = PolyCollection(verts[~kept], array=notes.velocity[~kept].astype(np.float64), cmap="viridis",
+                          edgecolors="none")
     coll.set_clim(0, 127)
     ax.add_collection(coll)
     fig.colorbar(coll, ax=ax, pad=0.01, fraction=0.04).set_label("velocity")
+    if kept.any():
+        ax.add_collection(PolyCollection(verts[kept], facecolors=GIVEN, edgecolors="none", label="given"))
+        ax.legend(loc="upper right", fontsize=8)
     ax.set_xlim(0, seconds or max(notes.duration, 1.0))
     ax.set_ylim(lo - 0.5, hi + 0.5)
     cs = list(range(math.ceil(lo / 12) * 12, hi + 1, 12))

@@ -99,6 +99,7 @@ class NoteGrammar(SpecialsOnly):
                                   is_duration & (phase == AFTER_NOTE), each_phase(is_duration)],
                                  -1).flatten(0, 1).to(device)
         self.shift_steps = torch.arange(1, tok.max_shift_steps + 1, device=device)
+        self.pitches = torch.arange(NUM_PITCHES, device=device)
 
     def _gates(self, tok) -> torch.Tensor:
         """(16, V): the mask of each (every control placed, phase, room for an event) state, placed
@@ -238,6 +239,10 @@ class NoteGrammar(SpecialsOnly):
             mine = on & (self.c_program[None] == program[:, None])
             hits = torch.zeros(silent.shape, dtype=torch.int32, device=self.device)
             silent &= hits.scatter_add_(1, self.c_pitch.expand_as(on), mine.int()) == 0
+            if self.plan.under:  # voices under the melody: below the highest given note sounding
+                top = torch.where(on, self.c_pitch[None], -1).amax(1)
+                top = torch.where(top < 0, NUM_PITCHES, top)  # none sounding: no ceiling
+                silent &= self.pitches[None] < top[:, None]
         return silent, count
 
     def _event_room(self, count: torch.Tensor | None) -> torch.Tensor:

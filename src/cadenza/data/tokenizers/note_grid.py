@@ -114,13 +114,15 @@ class Plan:
     """What a generation is given. `controls` (grid notes on the sequence's clock, in order) are
     forced where they belong, the first `placed` of them being in the prompt already; events may
     start only at clock steps in [events_from, events_until); with `previews`, every bar line is
-    followed by a view of the next bar's controls."""
+    followed by a view of the next bar's controls; with `under`, a new note starts below the highest
+    control sounding where it starts (voices under a melody)."""
 
     controls: GridNotes = field(default_factory=GridNotes.empty)
     placed: int = 0
     events_from: int = 0
     events_until: int | None = None
     previews: bool = False  # each bar shows the next bar's controls (a metrical vocabulary with lookahead)
+    under: bool = False  # new notes start below the controls sounding (an accompaniment's melody)
 
 
 def changes(values: np.ndarray, is_event: np.ndarray | None, event_state: int, control_state: int) -> np.ndarray:
