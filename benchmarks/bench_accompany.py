@@ -14,22 +14,18 @@ checkpoint's vocabulary.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 
 def main(argv=None) -> int:
+    from _held_out import arguments, model_and_store
     from _record import write_result
 
-    from cadenza.data.store import TokenStore
     from cadenza.evaluation.accompaniment import CLASSIFIED, AccompanyConfig, Variation, accompany_report
     from cadenza.evaluation.styles import classifier_report
-    from cadenza.models import checkpoint as ckpt
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True, help="a run, a checkpoint or a shipped model's name")
-    ap.add_argument("--data", required=True, help="a store of the held-out pieces in the model's vocabulary")
+    ap = arguments(__doc__)
     ap.add_argument("--style", default="bach")
     ap.add_argument("--pieces", type=int, default=32)
     ap.add_argument("--variations", default="0:1", help="SEMITONES:FACTOR, comma-separated (0:1,-6:1,0:1.2)")
@@ -39,16 +35,9 @@ def main(argv=None) -> int:
                     help="answer each melody note where it sounds, without looking ahead (as when it is played)")
     ap.add_argument("--classify", action="store_true",
                     help="also say which style a classifier trained on --data's train split calls each result")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--label", help="what this run is (recorded)")
-    ap.add_argument("--out", help="result JSON")
     a = ap.parse_args(argv)
     variations = [Variation(int(v.split(":")[0]), float(v.split(":")[1])) for v in a.variations.split(",")]
-    loaded = ckpt.load(a.checkpoint, "cpu")
-    store = TokenStore(a.data)
-    if not store.tokenizer.same_as(loaded.meta["tokenizer"], ids_only=True):
-        raise SystemExit(f"{a.data} was tokenized differently from {a.checkpoint}'s training data")
+    loaded, store = model_and_store(a.checkpoint, a.data)
     cfg = AccompanyConfig(a.style, a.pieces, variations, a.seed, not a.no_compile, not a.no_key, a.temperature,
                           a.live)
     t0 = time.perf_counter()

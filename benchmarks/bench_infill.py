@@ -13,7 +13,6 @@ fills of --follow spans lead into a suffix moved by a tritone (`bar_spans.follow
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -21,27 +20,18 @@ import numpy as np
 
 
 def main(argv=None) -> int:
+    from _held_out import arguments, model_and_store
     from _record import write_result
 
-    from cadenza.data.store import TokenStore
     from cadenza.evaluation import bar_spans, spans
-    from cadenza.models import checkpoint as ckpt
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--data", required=True, help="a store of the held-out pieces in the model's vocabulary")
+    ap = arguments(__doc__)
     ap.add_argument("--split", default="valid")
     ap.add_argument("--spans", type=int, default=100)
     ap.add_argument("--follow", type=int, default=30, help="spans filled twice to see if fills follow the suffix")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--label")
-    ap.add_argument("--out")
     a = ap.parse_args(argv)
-    loaded = ckpt.load(a.checkpoint, "cpu")
-    tok, store = loaded.tokenizer, TokenStore(a.data)
-    if not store.tokenizer.same_as(loaded.meta["tokenizer"], ids_only=True):
-        raise SystemExit(f"{a.data} was tokenized differently from {a.checkpoint}'s training data")
+    loaded, store = model_and_store(a.checkpoint, a.data)
+    tok = loaded.tokenizer
     t0 = time.perf_counter()
     bars = getattr(tok, "has_bars", False)
     context = loaded.model.config.context

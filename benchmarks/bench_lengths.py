@@ -12,35 +12,25 @@ durations, all of them for the instruments).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 
 def main(argv=None) -> int:
+    from _held_out import arguments, model_and_store
     from _record import write_result
 
-    from cadenza.data.store import TokenStore
     from cadenza.evaluation.endings import LengthsConfig, real_report, sample_rows, style_report
-    from cadenza.models import checkpoint as ckpt
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True, help="a run, a checkpoint or a shipped model's name")
-    ap.add_argument("--data", required=True, help="a store of the model's styles in the model's vocabulary")
+    ap = arguments(__doc__)
     ap.add_argument("--styles", help="comma-separated (default: every style of the model)")
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--bars", type=int, default=8, help="0: not asked in bars")
     ap.add_argument("--seconds", type=float, default=20.0, help="0: not asked in seconds")
     ap.add_argument("--guidance", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--label", help="what this run is (recorded)")
-    ap.add_argument("--out", help="result JSON")
     a = ap.parse_args(argv)
-    loaded = ckpt.load(a.checkpoint, "cpu")
-    tok, store = loaded.tokenizer, TokenStore(a.data)
-    if not store.tokenizer.same_as(loaded.meta["tokenizer"], ids_only=True):
-        raise SystemExit(f"{a.data} was tokenized differently from {a.checkpoint}'s training data")
+    loaded, store = model_and_store(a.checkpoint, a.data)
+    tok = loaded.tokenizer
     styles = a.styles.split(",") if a.styles else list(tok.styles)
     units = [u for u, v in (("bars", a.bars), ("seconds", a.seconds)) if v]
     if "bars" in units and not getattr(tok, "has_bars", False):
