@@ -35,13 +35,12 @@ from cadenza.data.keys import pitch_class_weights
 from cadenza.data.midi import Notes
 from cadenza.data.tokenizers.note_grid import GridNotes
 from cadenza.evaluation.features import excerpt
-from cadenza.evaluation.spans import control_tokens
+from cadenza.evaluation.spans import control_tokens, take_turns
 from cadenza.generation.generate import sample, sampling_config
 from cadenza.generation.prompt import Infill
 
 BARS = (2, 4)  # a span's length in bars, drawn uniformly
 PREFIX_BARS = 4  # bars an excerpt keeps before its span, at most
-TRIES = 50
 TRITONE = 6
 
 
@@ -120,14 +119,12 @@ def _fits(encoded: dict, context: int) -> int:
 
 def draw_bar_spans(store, tok, split: str, count: int, context: int, seed: int = 0, bars=BARS) -> list[BarSpan]:
     """`count` spans of `bars` whole bars from the pieces of `split`, the styles taking turns
-    (seeded); a style whose pieces give none in TRIES draws is left out."""
+    (seeded); a style whose pieces give none in `spans.TRIES` draws is left out."""
     rng = np.random.default_rng(seed)
-    pieces = {s: [p for p in store.split(split) if p.style == s] for s in (store.styles or [None])}
-    styles = [s for s, ps in pieces.items() if ps]
     decoded: dict[int, GridNotes] = {}
 
-    def draw(style) -> BarSpan | None:
-        p = pieces[style][int(rng.integers(len(pieces[style])))]
+    def draw(pieces) -> BarSpan | None:
+        p = pieces[int(rng.integers(len(pieces)))]
         if p.index not in decoded:
             decoded[p.index] = store.tokenizer.decode_grid(store[p.index])[0]
         g = decoded[p.index]
@@ -147,15 +144,7 @@ def draw_bar_spans(store, tok, split: str, count: int, context: int, seed: int =
                 return span if fits > 0 else None
         return None
 
-    out: list[BarSpan] = []
-    while len(out) < count and styles:
-        style = styles[len(out) % len(styles)]
-        span = next((s for s in (draw(style) for _ in range(TRIES)) if s is not None), None)
-        if span is None:
-            styles.remove(style)
-        else:
-            out.append(span)
-    return out
+    return take_turns(store, split, count, draw)
 
 
 def fill(checkpoint, span: BarSpan, seed: int, compile: bool = True, shift: int = 0) -> Notes:

@@ -128,12 +128,10 @@ def draw_spans(store, tok, split: str, count: int, context: int, seed: int = 0, 
     `anticipation` seconds after its end, and at least one note in it. A style whose pieces give
     no span in TRIES draws is left out."""
     rng = np.random.default_rng(seed)
-    pieces = {s: [p for p in store.split(split) if p.style == s] for s in (store.styles or [None])}
-    styles = [s for s, ps in pieces.items() if ps]
     decoded: dict[int, GridNotes] = {}
 
-    def draw(style) -> Span | None:
-        p = pieces[style][int(rng.integers(len(pieces[style])))]
+    def draw(pieces) -> Span | None:
+        p = pieces[int(rng.integers(len(pieces)))]
         if p.index not in decoded:
             decoded[p.index] = store.tokenizer.decode_grid(store[p.index], clock=0)[0]
         g, sps = decoded[p.index], tok.steps_per_second
@@ -147,10 +145,18 @@ def draw_spans(store, tok, split: str, count: int, context: int, seed: int = 0, 
         music = span is not None and np.any((span.notes.onset >= span.start) & (span.notes.onset < span.end))
         return span if music else None
 
-    out: list[Span] = []
+    return take_turns(store, split, count, draw)
+
+
+def take_turns(store, split: str, count: int, draw) -> list:
+    """`count` spans of the pieces of `split`, the styles taking turns: `draw(a style's pieces)`
+    gives a span or None, and a style whose pieces give none in TRIES draws is left out."""
+    pieces = {s: [p for p in store.split(split) if p.style == s] for s in (store.styles or [None])}
+    styles = [s for s, ps in pieces.items() if ps]
+    out: list = []
     while len(out) < count and styles:
         style = styles[len(out) % len(styles)]
-        span = next((s for s in (draw(style) for _ in range(TRIES)) if s is not None), None)
+        span = next((s for s in (draw(pieces[style]) for _ in range(TRIES)) if s is not None), None)
         if span is None:
             styles.remove(style)
         else:
