@@ -12,8 +12,9 @@ is) is encoded as the model's training windows encode it, two ways:
 
 The span's music, in each encoding, is every token that is not a control's (CONTROL_NOTE, its
 DURATION, an INSTRUMENT before it) from the first token after the prefix's last note to the token
-that brings the clock to the span's end, included (`span_music`); its NLL is the sum over those,
-each token scored among the ids the model may write there (`given_only` are the prompt's, not its).
+that brings the clock to the span's end, included (`span_music`); its NLL is the sum over those
+(`span_nll`; with `never=given_only(tok)`, as bench_infill scores, each token among the ids the
+model may write there: a given note's are the prompt's, not its).
 """
 
 from __future__ import annotations
