@@ -119,6 +119,23 @@ def test_no_draw_under_the_masks_is_ill_formed():
         assert (events.onset >= 0).all()
 
 
+@pytest.mark.parametrize("header", [False, True])
+def test_a_new_piece_opens_with_a_note_on_its_first_beat(header):
+    # as 99.7% of the training pieces do: no empty first bar and no rest before the first note,
+    # whether the model writes the first bar line or a meter and tempo asked for wrote it
+    from tests.conftest import draw_under_masks
+
+    styled = tok.with_styles(["a"])
+    prompt = styled.window_prefix("a") + [tok.bos_id] + (tok.header((3, 4), 60.0) if header else [])
+    g = styled.grammar(64, torch.device("cpu"))
+    g.observe(torch.tensor([prompt] * 64))
+    head = prompt[len(styled.window_prefix("a")) + 1:]  # the header's tokens, if any
+    for row in draw_under_masks(g, 64, 40, seed=3).tolist():
+        row = row[:row.index(tok.eos_id)] if tok.eos_id in row else row
+        events = tok.decode_grid(head + row)[0]
+        assert len(events) and events.onset.min() == 0
+
+
 def chorale(lookahead: bool = False):
     """Four voices in 3/4 after a one-beat pickup, the tempo changing in bar 3, on the grid."""
     from tests.conftest import four_voices

@@ -6,7 +6,8 @@ belong). What differs is time, which is set rather than summed. Each row keeps w
 starts, its length, its position and its tempo, and the masks keep a bar well formed:
 
 * a bar opens with BAR, then its METER (only right after BAR) and TEMPO, then positions, each later
-  than the last and inside the bar; a note needs a position in its bar first;
+  than the last and inside the bar; a note needs a position in its bar first; a piece with no
+  given notes opens with a note on its first beat (no empty bar, no rest, before it);
 * a given note (a control) is forced at its own position, before the notes written there, so no
   BAR or POS may pass the next control's place;
 * with a plan (an infill or an accompaniment) the bars are the given music's: its METER is forced
@@ -77,6 +78,7 @@ class MetricalGrammar(NoteGrammar):
         self.per_tick = (60.0 / (self.qpm.double().cpu() * TPQ)).to(device, self.seconds.dtype)  # by TEMPO index
         self.previews = bool(self.pv_end[-1] > 0)  # only a plan with previews keeps their state
         self.meters_forced = bool((self.forced_meter >= 0).any())
+        self.own_piece = not len(self.plan.controls)
         self.quiet = torch.zeros_like(self.in_ahead)
         self.at = {"pos": tok.pos_offset, "bar": tok.bar_id, "meter": tok.meter_offset, "tempo": tok.tempo_offset,
                    "eos": tok.eos_id}  # ids read at every step, not through the styled tokenizer
@@ -168,8 +170,12 @@ class MetricalGrammar(NoteGrammar):
         lo = self.clock + self.pos_set - self.bar_start
         hi = self.bar_len if key is None else torch.minimum(self.bar_len, key - self.bar_start + 1)
         pos = (self.pos_ticks >= lo[:, None]) & (self.pos_ticks < hi[:, None]) & (free & started)[:, None]
+        if self.own_piece:  # and its first note is on its first beat, as 99.7% of the training pieces'
+            pos &= (self.pos_ticks == 0) | ((self.events > 0) | (self.bars > 1))[:, None]
         m.narrow(1, at["pos"], self.pos_ticks.numel()).copy_(pos)
         bar = free if key is None else free & (key >= self.bar_start + self.bar_len * started)
+        if self.own_piece:  # a piece of its own (no given notes) does not open with an empty bar
+            bar = bar & ((self.events > 0) | ~started)  # (1 in 3,000 training pieces does)
         m[:, at["bar"]] = bar & self._may_open() if self.target_bars is not None else bar
         meters, tempos = m.narrow(1, at["meter"], len(METERS)), m.narrow(1, at["tempo"], QPM.size)
         if self.fixed:
