@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     cfg = LengthsConfig(a.samples, a.bars or None, a.seconds or None, a.guidance, a.seed, not a.no_compile)
     t0, report = time.perf_counter(), {}
     for style in styles:
-        real = real_report(store, style)
+        recorded = (loaded.meta.get("programs") or {}).get("styles", {}).get(style)  # its training pieces'
+        real = real_report(store, style, programs=recorded)
         report[style] = {unit: style_report(sample_rows(loaded, style, cfg, unit), real) for unit in units}
         for unit, r in report[style].items():
             print(f"{style:<11} {unit:<7} lasted {r['lasted']:.0%} ({r['written_min']:g}-{r['written_max']:g}), "

@@ -51,9 +51,6 @@ def main(argv=None) -> int:
     per_note = {v: tokens_per_note(v, files) for v in VOCABS}
     runs = {f"{v}: {k}": fn for v in VOCABS for k, fn in contestants(a.new_tokens, ["relative"], v).items()
             if k in KEEP}
-    for b in a.batches:  # build each compiled step before the race (its cost is bench_generate's to report)
-        for k, fn in runs.items():
-            fn(b) if "compiled" in k else None
     results, seconds, load = race(runs, a.batches, a.repeats, a.new_tokens)
     rows = []
     for k, r in results.items():

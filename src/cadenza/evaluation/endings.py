@@ -58,14 +58,15 @@ def _share(flags) -> float:
     return float(np.mean(kept)) if kept else float("nan")
 
 
-def real_report(store, style: str, split: str = "valid") -> dict[str, Any]:
-    """The style's pieces in the store: their programs (every split), and of the held-out split the
-    share ending on the tonic and the 99.9th percentile of note durations (seconds)."""
+def real_report(store, style: str, split: str = "valid", programs: list[int] | None = None) -> dict[str, Any]:
+    """The style's pieces in the store: of the held-out split the share ending on the tonic and the
+    99.9th percentile of note durations (seconds); their programs, `programs` where given (a
+    checkpoint records its training pieces', `meta["programs"]`), else read from every split."""
     tok = store.tokenizer
     mine = [p for p in store.pieces if p.style == style]
-    notes = {p.index: tok.to_notes(store[p.index]) for p in mine}
-    held = [notes[p.index] for p in mine if p.split == split]
-    programs = sorted({int(x) for n in notes.values() for x in np.unique(n.programs)})
+    held = [tok.to_notes(store[p.index]) for p in mine if p.split == split]
+    if programs is None:
+        programs = sorted({int(x) for p in mine for x in np.unique(tok.to_notes(store[p.index]).programs)})
     durations = np.concatenate([n.end - n.start for n in held]) if held else np.zeros(0)
     return {"pieces": len(held), "programs": programs, "ends_on_tonic": _share(ends_on_tonic(n) for n in held),
             "p999_seconds": float(np.percentile(durations, 99.9)) if durations.size else float("nan")}

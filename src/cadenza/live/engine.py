@@ -8,8 +8,8 @@ pause ends, so the wait is the player's, not the model's. The recent past (the l
 seconds, the player's notes and its own earlier answers, as a sliding window, so an hour of play
 costs what a minute does) is its primer, and it writes `reply` seconds. Notes are scheduled as
 they are decoded, so the answer sounds while the rest is still being written, on the model's timing
-from its first note. A note played during an answer cuts it: what is still to come is dropped, what sounds is
-ended, and the engine listens again.
+from its first note. A note played during an answer cuts it: what is still to come is dropped, what
+sounds is ended, and the engine listens again.
 """
 
 from __future__ import annotations
